@@ -1,0 +1,116 @@
+"""The vendor-neutral layer: a hardware description that templates read, and the Backend interface.
+
+Templates and the cost model look at a `HardwareSpec` (widths, sizes, peaks), never at a vendor name; each
+backend folder holds only what is truly vendor specific (how to make a TVM target, build, load, time).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixCoreShape:
+    """One matrix-core instruction: m x n x k on `in_dtype` inputs accumulating in `acc_dtype`."""
+
+    name: str  # e.g. "mma.m16n8k16", "v_mfma_f32_32x32x8f16", "vnni.vpdpbusd"
+    m: int
+    n: int
+    k: int
+    in_dtype: str
+    acc_dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareSpec:
+    """What a template or the cost model may know about a device.
+
+    kind:            "cpu" or "gpu".
+    arch:            the TVM mcpu/arch string ("znver4", "sm_90", "gfx942"); used to build, not to decide.
+    cores:           CPU cores, or SMs / CUs on a GPU.
+    simd_width:      vector lanes of fp32 on a CPU (8 for AVX2, 16 for AVX-512); warp / wavefront size on a GPU.
+    vector_bytes:    bytes per vector register (CPU) or per widest global load (GPU).
+    max_threads_per_block, shared_mem_per_block, registers_per_block: GPU launch limits (0 on a CPU).
+    cache_bytes:     (L1d, L2, L3) per core/SM, bytes; 0 where unknown.
+    matrix_cores:    matrix-core instruction shapes available.
+    peak_flops:      dtype -> FLOP/s for the whole device.
+    mem_bandwidth:   bytes/s from main memory / HBM.
+    features:        ISA features that change code generation ("avx2", "fma", "avx512f", ...).
+    """
+
+    name: str
+    kind: str
+    arch: str
+    cores: int
+    simd_width: int
+    vector_bytes: int
+    max_threads_per_block: int = 0
+    shared_mem_per_block: int = 0
+    registers_per_block: int = 0
+    cache_bytes: tuple = (0, 0, 0)
+    matrix_cores: tuple = ()
+    peak_flops: dict = dataclasses.field(default_factory=dict)
+    mem_bandwidth: float = 0.0
+    features: tuple = ()
+    triple: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["matrix_cores"] = [dataclasses.asdict(m) for m in self.matrix_cores]
+        d["cache_bytes"] = list(self.cache_bytes)
+        d["features"] = list(self.features)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HardwareSpec":
+        d = dict(d)
+        d["matrix_cores"] = tuple(MatrixCoreShape(**m) for m in d.get("matrix_cores", ()))
+        d["cache_bytes"] = tuple(d.get("cache_bytes", (0, 0, 0)))
+        d["features"] = tuple(d.get("features", ()))
+        return cls(**d)
+
+    def fingerprint(self) -> str:
+        """A short stable id of everything that makes measurements on this hardware comparable."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def peak(self, dtype: str = "float32") -> float:
+        return float(self.peak_flops.get(dtype, 0.0))
+
+
+class Backend(abc.ABC):
+    """How one vendor's code is made and run. Everything else is shared."""
+
+    #: target prefix the user types: "cpu", "cuda", "rocm"
+    name: str = ""
+
+    def __init__(self, spec: HardwareSpec):
+        self.spec = spec
+
+    @abc.abstractmethod
+    def target(self):
+        """The tvm.target.Target to compile for (a dict target; strings are gone in TVM 0.27)."""
+
+    @abc.abstractmethod
+    def available(self) -> bool:
+        """True when a device of this kind is present here, so built code can run and be timed."""
+
+    @abc.abstractmethod
+    def device(self):
+        """The tvm runtime device to run on (only meaningful when available())."""
+
+    def can_run(self) -> bool:
+        """Built code can run on this machine (the device is present and the code is for it)."""
+        return self.available()
+
+    @property
+    def target_string(self) -> str:
+        return f"{self.name}:{self.spec.arch}" if self.spec.arch else self.name

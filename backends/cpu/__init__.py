@@ -1,0 +1,53 @@
+"""CPU backend: LLVM for the host (detected) or for a named CPU / triple (cross-compiled, not run here)."""
+
+from __future__ import annotations
+
+from ..base import Backend, HardwareSpec
+from .detect import describe_cpu
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, spec: HardwareSpec, is_host: bool):
+        super().__init__(spec)
+        self.is_host = is_host
+
+    @classmethod
+    def from_arch(cls, arch: str | None) -> "CPUBackend":
+        """arch: None (this host), an LLVM CPU name ("skylake-avx512"), or a triple ("aarch64-linux-gnu")."""
+        if not arch:
+            return cls(describe_cpu(), is_host=True)
+        host = describe_cpu()
+        if arch.count("-") >= 2:  # a target triple
+            return cls(describe_cpu(mcpu="generic", triple=arch), is_host=False)
+        spec = describe_cpu(mcpu=arch, triple=host.triple)
+        return cls(spec, is_host=arch == host.arch)
+
+    def target(self):
+        import tvm
+
+        attrs = {"kind": "llvm", "mcpu": self.spec.arch, "mtriple": self.spec.triple,
+                 "num-cores": self.spec.cores}
+        return tvm.target.Target(attrs)
+
+    def available(self) -> bool:
+        return True
+
+    def can_run(self) -> bool:
+        """Code for a named CPU runs here when this host has every ISA feature it uses."""
+        if self.is_host:
+            return True
+        host = describe_cpu()
+        return host.triple.split("-")[0] == self.spec.triple.split("-")[0] and set(self.spec.features) <= set(
+            host.features
+        )
+
+    def device(self):
+        import tvm
+
+        return tvm.cpu(0)
+
+    @property
+    def target_string(self) -> str:
+        return "cpu" if self.is_host else f"cpu:{self.spec.arch if self.spec.arch != 'generic' else self.spec.triple}"

@@ -1,0 +1,113 @@
+"""Describe a CPU as a HardwareSpec: the host (detected) or a named part (cross-compilation)."""
+
+from __future__ import annotations
+
+import os
+
+from ..base import HardwareSpec, MatrixCoreShape
+
+# FMA issue ports per core assumed for the fp32 peak estimate (2 on every x86 core since Haswell/Zen 2).
+_FMA_UNITS = 2
+
+
+def _host_triple() -> str:
+    import tvm
+
+    triple = tvm.target.codegen.llvm_get_system_triple()
+    # TVM's wheel reports its build toolchain's vendor ("x86_64-conda-linux-gnu"); normalise it.
+    arch = triple.split("-")[0]
+    return f"{arch}-unknown-linux-gnu" if "linux" in triple else triple
+
+
+def _cpu_mhz() -> float:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":")[1])
+    except OSError:
+        pass
+    return 2000.0
+
+
+def _cache_sizes() -> tuple:
+    """(L1d, L2, L3) in bytes for cpu0, from sysfs; zeros where unknown."""
+    sizes = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            path = os.path.join(base, entry)
+            if not entry.startswith("index"):
+                continue
+            with open(os.path.join(path, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(path, "size")) as f:
+                text = f.read().strip()
+            if kind == "Instruction":
+                continue
+            mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1], 1)
+            sizes[level] = int(text.rstrip("KMG")) * mult
+    except OSError:
+        pass
+    return (sizes.get(1, 0), sizes.get(2, 0), sizes.get(3, 0))
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+_INTERESTING = ("avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "avxvnni", "amx-tile", "amx-bf16",
+                "avx512bf16", "avx512fp16", "neon", "sve", "dotprod", "sse4.2")
+
+
+def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> HardwareSpec:
+    """The host when mcpu and triple are None; otherwise a named CPU that may not be this one."""
+    import tvm
+
+    host = mcpu is None and triple is None
+    triple = triple or _host_triple()
+    mcpu = mcpu or tvm.target.codegen.llvm_get_system_cpu()
+    if not tvm.target.codegen.llvm_is_valid_cpu(mcpu, triple):
+        from xcomp.errors import TargetError
+
+        raise TargetError(f"unknown CPU {mcpu!r} for {triple} (try e.g. cpu:skylake-avx512, cpu:znver4)")
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
+    feats = set(tvm.target.codegen.llvm_get_cpu_features(target))
+    features = tuple(f for f in _INTERESTING if f in feats)
+
+    if "avx512f" in feats and "prefer-256-bit" not in feats:
+        lanes = 16
+    elif "avx2" in feats or "avx" in feats or "avx512f" in feats:
+        lanes = 8
+    else:  # SSE / NEON: 128-bit
+        lanes = 4
+    matrix = []
+    if "avx512vnni" in feats or "avxvnni" in feats:
+        matrix.append(MatrixCoreShape("vnni.vpdpbusd", 1, lanes, 4, "int8", "int32"))
+    if "amx-tile" in feats:
+        matrix.append(MatrixCoreShape("amx.tdpbf16ps", 16, 16, 32, "bfloat16", "float32"))
+
+    cores = _usable_cores() if host else 1
+    ghz = _cpu_mhz() / 1000.0 if host else 2.0
+    has_fma = "fma" in feats or "neon" in feats
+    fp32_peak = cores * ghz * 1e9 * lanes * (2 if has_fma else 1) * _FMA_UNITS
+    return HardwareSpec(
+        name=f"{mcpu} ({cores} cores)" if host else mcpu,
+        kind="cpu",
+        arch=mcpu,
+        cores=cores,
+        simd_width=lanes,
+        vector_bytes=lanes * 4,
+        cache_bytes=_cache_sizes() if host else (32 * 1024, 1024 * 1024, 0),
+        matrix_cores=tuple(matrix),
+        peak_flops={"float32": fp32_peak},
+        # A rough per-socket figure; benchmarks measure the real one (STREAM-like copy) when they need it.
+        mem_bandwidth=20e9 if host else 0.0,
+        features=features,
+        triple=triple,
+    )

@@ -1,0 +1,44 @@
+"""Schedule templates: one per operator-group kind, for CPUs (schedules/cpu) and GPUs (schedules/gpu).
+
+Entry points used by the pipeline and the tuner:
+- `legalize_map(spec)`: our lowering of heavy ops (e.g. conv2d / matmul with constant weights pre-packed into a
+  vector-friendly layout), passed to relax's LegalizeOps.
+- `classify(func)`: the group kind of a fused PrimFunc.
+- `get_template(func, spec)`: the Template that schedules it.
+- `schedule_func(func, spec, knobs=None)`: the scheduled PrimFunc (template default when knobs is None).
+"""
+
+from __future__ import annotations
+
+from .template import Knobs, Template
+
+
+def _family(spec):
+    if spec.is_gpu:
+        from . import gpu
+
+        return gpu
+    from . import cpu
+
+    return cpu
+
+
+def legalize_map(spec) -> dict:
+    return _family(spec).legalize_map(spec)
+
+
+def classify(func) -> str:
+    from .analysis import classify as _classify
+
+    return _classify(func)
+
+
+def get_template(func, spec) -> Template:
+    return _family(spec).get_template(func, spec)
+
+
+def schedule_func(func, spec, knobs: Knobs | None = None):
+    return get_template(func, spec).schedule(knobs)
+
+
+__all__ = ["Knobs", "Template", "legalize_map", "classify", "get_template", "schedule_func"]

@@ -1,0 +1,77 @@
+"""What every schedule template is: a knob space plus a way to apply one point of it.
+
+A template reads the `HardwareSpec` (vector width, cores, caches, warp size, shared memory, ...), never a vendor
+name. `default_knobs` is the safe, reasonably fast config used before (or without) tuning; `knob_space` lists the
+values the tuner may try for each knob; `valid` filters combinations that cannot build or are known bad.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import random
+from typing import Any
+
+Knobs = dict[str, Any]
+
+
+class Template(abc.ABC):
+    #: group kind this template schedules: "conv", "matmul", "reduction", "pool", "injective", ...
+    kind: str = ""
+
+    def __init__(self, func, spec):
+        self.func = func  # tvm.tirx.PrimFunc, unscheduled
+        self.spec = spec  # backends.base.HardwareSpec
+
+    @abc.abstractmethod
+    def knob_space(self) -> dict[str, list]:
+        """knob name -> candidate values (every value a JSON scalar)."""
+
+    @abc.abstractmethod
+    def default_knobs(self) -> Knobs:
+        """A config that is always valid and never slower than the untuned path."""
+
+    def valid(self, knobs: Knobs) -> bool:  # noqa: ARG002 - templates override when combinations can clash
+        return True
+
+    @abc.abstractmethod
+    def apply(self, sch, knobs: Knobs) -> None:
+        """Schedule `sch` (a tvm.s_tir.Schedule over self.func) with `knobs`, in place."""
+
+    # -- helpers shared by the tuner -------------------------------------------------------------------------
+
+    def space_size(self) -> int:
+        size = 1
+        for values in self.knob_space().values():
+            size *= max(1, len(values))
+        return size
+
+    def sample(self, rng: random.Random) -> Knobs:
+        """A random valid config (falls back to the default when the space is mostly invalid)."""
+        space = self.knob_space()
+        for _ in range(64):
+            knobs = {name: rng.choice(values) for name, values in space.items()}
+            if self.valid(knobs):
+                return knobs
+        return self.default_knobs()
+
+    def enumerate(self, limit: int | None = None):
+        """Valid configs in a deterministic order (small spaces only)."""
+        space = self.knob_space()
+        names = list(space)
+        count = 0
+        for values in itertools.product(*(space[n] for n in names)):
+            knobs = dict(zip(names, values))
+            if self.valid(knobs):
+                yield knobs
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    def schedule(self, knobs: Knobs | None = None):
+        """Return the scheduled PrimFunc for `knobs` (default config when None)."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(self.func)
+        self.apply(sch, self.default_knobs() if knobs is None else knobs)
+        return sch.mod["main"]

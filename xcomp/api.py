@@ -1,0 +1,2 @@
+def compile(*a, **k): raise NotImplementedError
+def load(*a, **k): raise NotImplementedError

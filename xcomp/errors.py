@@ -1,0 +1,47 @@
+"""One error family for everything a user can get wrong (and for our own failures).
+
+The CLI prints `str(err)` as one line and exits 1 for a `UserError`, 2 for an `InternalError`.
+"""
+
+
+class XcompError(Exception):
+    """Base of every error xcomp raises on purpose."""
+
+    exit_code = 1
+
+
+class UserError(XcompError):
+    """The input (model, shapes, target, file) is at fault; the message says how."""
+
+
+class ModelLoadError(UserError):
+    """The model file is missing, unreadable, malformed or fails the ONNX checker."""
+
+
+class UnsupportedOpError(UserError):
+    """The model uses ops xcomp cannot import. `nodes` lists every one: (node name, op type, opset)."""
+
+    def __init__(self, nodes):
+        self.nodes = list(nodes)
+        lines = [f"{name or '<unnamed>'} ({op}, opset {opset})" for name, op, opset in self.nodes]
+        super().__init__(
+            f"{len(self.nodes)} unsupported node(s): " + "; ".join(lines)
+        )
+
+
+class InputError(UserError):
+    """A runtime input has the wrong name, shape or dtype."""
+
+
+class TargetError(UserError):
+    """An unknown or unusable target string."""
+
+
+class ArtifactError(UserError):
+    """A saved module cannot be loaded (corrupt, or built for another target/version)."""
+
+
+class InternalError(XcompError):
+    """A bug in xcomp (or TVM): the message names the stage and the operator group."""
+
+    exit_code = 2

@@ -1,0 +1,1 @@
+class Module: pass
