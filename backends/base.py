@@ -111,6 +111,10 @@ class Backend(abc.ABC):
         """Built code can run on this machine (the device is present and the code is for it)."""
         return self.available()
 
+    def can_link_here(self) -> bool:
+        """The host side of the built code can be linked into a shared library on this machine."""
+        return True
+
     @property
     def target_string(self) -> str:
         return f"{self.name}:{self.spec.arch}" if self.spec.arch else self.name

@@ -1,1 +1,259 @@
-class Module: pass
+"""xcomp.Module: a compiled model you can call on numpy arrays, time, save to one file and load back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+
+from xcomp.errors import ArtifactError, InputError, UserError
+from xcomp.native import silence_native_stderr
+
+ARTIFACT_FORMAT = 1
+_META = "metadata.json"
+
+
+class Module:
+    """A model compiled for one target.
+
+    `m(x)` / `m(x, y)` / `m(name=x)` run it on numpy arrays and return one array (one output) or a list;
+    `m.run({name: array})` returns {output name: array}. `m.inputs` / `m.outputs` give the signature.
+    """
+
+    def __init__(self, executable, backend, inputs, outputs, groups=(), info=None):
+        self._executable = executable
+        self._backend = backend
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.groups = list(groups)
+        self.info = dict(info or {})
+        self._vm = None
+
+    # -- signature --------------------------------------------------------------------------------------------
+
+    @property
+    def target(self) -> str:
+        return self._backend.target_string
+
+    @property
+    def spec(self):
+        return self._backend.spec
+
+    def __repr__(self):
+        sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+        out = ", ".join(f"{s.dtype}{list(s.shape)}" for s in self.outputs)
+        return f"<xcomp.Module {self.info.get('model_name', '')!r} target={self.target} ({sig}) -> ({out})>"
+
+    # -- running ----------------------------------------------------------------------------------------------
+
+    def _machine(self):
+        if self._vm is None:
+            from tvm import relax
+
+            if not self._backend.can_run():
+                raise UserError(
+                    f"this module was built for {self.target} ({self.spec.name}), which cannot run on this "
+                    "machine; save it and run it where that hardware is"
+                )
+            self._vm = relax.VirtualMachine(self._executable, self._backend.device())
+        return self._vm
+
+    def _bind(self, args, kwargs) -> list:
+        """Positional/named arguments -> arrays in input order, each checked against the signature."""
+        names = [s.name for s in self.inputs]
+        if len(args) > len(names):
+            raise InputError(f"the model takes {len(names)} input(s) {names}, got {len(args)} positional arguments")
+        given = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise InputError(f"unknown input {name!r}; the model's inputs are {names}")
+            if name in given:
+                raise InputError(f"input {name!r} given twice (positionally and by name)")
+            given[name] = value
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
+        arrays = []
+        for spec in self.inputs:
+            array = np.asarray(given[spec.name])
+            if str(array.dtype) != spec.dtype:
+                raise InputError(
+                    f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
+                    f"(convert with .astype(np.{spec.dtype}))"
+                )
+            if tuple(array.shape) != tuple(spec.shape):
+                raise InputError(
+                    f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}"
+                )
+            arrays.append(np.ascontiguousarray(array))
+        return arrays
+
+    def _run_arrays(self, arrays) -> list:
+        import tvm
+
+        vm = self._machine()
+        dev = self._backend.device()
+        result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
+        outs = list(result) if not hasattr(result, "numpy") else [result]
+        return [o.numpy() for o in outs]
+
+    def __call__(self, *args, **kwargs):
+        outs = self._run_arrays(self._bind(args, kwargs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(self, inputs: dict) -> dict:
+        """{input name: array} -> {output name: array}."""
+        outs = self._run_arrays(self._bind((), dict(inputs)))
+        return {spec.name: out for spec, out in zip(self.outputs, outs)}
+
+    def random_inputs(self, seed: int = 0) -> dict:
+        """Inputs of the right shapes and dtypes (standard normal floats; small non-negative ints)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for spec in self.inputs:
+            if np.issubdtype(np.dtype(spec.dtype), np.floating):
+                out[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+            elif spec.dtype == "bool":
+                out[spec.name] = rng.integers(0, 2, spec.shape).astype(bool)
+            else:
+                out[spec.name] = rng.integers(0, 4, spec.shape).astype(spec.dtype)
+        return out
+
+    def benchmark(self, inputs: dict | None = None, warmup: int = 3, repeat: int = 30) -> dict:
+        """Latency in ms of whole-model calls (inputs already on the device): median, p90, min, max."""
+        import tvm
+
+        vm = self._machine()
+        dev = self._backend.device()
+        arrays = self._bind((), dict(inputs if inputs is not None else self.random_inputs()))
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        fn = vm["main"]
+        for _ in range(warmup):
+            fn(*args)
+        dev.sync()
+        samples = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn(*args)
+            dev.sync()
+            samples.append((time.perf_counter() - t) * 1e3)
+        return latency_stats(samples)
+
+    # -- persistence ------------------------------------------------------------------------------------------
+
+    def metadata(self) -> dict:
+        import tvm
+
+        import xcomp
+
+        return {
+            "format": ARTIFACT_FORMAT,
+            "xcomp_version": xcomp.__version__,
+            "tvm_version": tvm.__version__,
+            "target": self.target,
+            "hardware": self.spec.to_dict(),
+            "hardware_fingerprint": self.spec.fingerprint(),
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "groups": [g.to_dict() for g in self.groups],
+            "info": self.info,
+            "library": "lib.so" if self._backend.can_link_here() else "lib.tar",
+        }
+
+    def save(self, path) -> str:
+        """Write the module to one file (a zip of the compiled library and its metadata)."""
+        path = os.fspath(path)
+        meta = self.metadata()
+        workdir = tempfile.mkdtemp(prefix="xcomp-save-")
+        try:
+            lib_path = os.path.join(workdir, meta["library"])
+            with silence_native_stderr():
+                self._executable.export_library(lib_path)
+            tmp = path + ".tmp"
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+                zf.writestr(_META, json.dumps(meta, indent=1))
+                zf.write(lib_path, meta["library"])
+            os.replace(tmp, path)  # a crash mid-save never leaves a half-written artifact behind
+        except OSError as err:
+            raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return path
+
+
+def latency_stats(samples_ms) -> dict:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    return {
+        "median_ms": float(np.median(a)),
+        "p90_ms": float(np.percentile(a, 90)),
+        "min_ms": float(a.min()),
+        "max_ms": float(a.max()),
+        "mean_ms": float(a.mean()),
+        "std_ms": float(a.std()),
+        "runs": int(a.size),
+    }
+
+
+def _read_artifact(path):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ArtifactError(f"{path}: no such file")
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError):
+        raise ArtifactError(f"{path}: not an xcomp module (expected a .xc file written by Module.save)") from None
+    try:
+        meta = json.loads(zf.read(_META))
+    except (KeyError, ValueError):
+        zf.close()
+        raise ArtifactError(f"{path}: not an xcomp module (metadata missing or corrupt)") from None
+    return zf, meta
+
+
+def load(path) -> Module:
+    """Load a module written by Module.save; says so when it was built for other hardware or versions."""
+    import tvm
+
+    from xcomp.backends import get_backend
+    from xcomp.frontends.onnx import TensorSpec
+    from xcomp.partition import OpGroup
+
+    zf, meta = _read_artifact(path)
+    with zf:
+        if meta.get("format") != ARTIFACT_FORMAT:
+            raise ArtifactError(f"{path}: artifact format {meta.get('format')} is not {ARTIFACT_FORMAT}; recompile")
+        if meta.get("tvm_version") != tvm.__version__:
+            raise ArtifactError(
+                f"{path}: built with TVM {meta.get('tvm_version')}, this xcomp runs TVM {tvm.__version__}; recompile"
+            )
+        backend = get_backend(meta["target"])
+        if not backend.can_run():
+            raise ArtifactError(
+                f"{path}: built for {meta['target']} ({meta['hardware']['name']}), which this machine cannot run"
+            )
+        if meta["library"] not in zf.namelist():
+            raise ArtifactError(f"{path}: compiled library {meta['library']} missing from the file")
+        workdir = tempfile.mkdtemp(prefix="xcomp-load-")
+        try:
+            lib_path = zf.extract(meta["library"], workdir)
+            try:
+                with silence_native_stderr():
+                    lib = tvm.runtime.load_module(lib_path)
+            except Exception as err:
+                raise ArtifactError(f"{path}: cannot load the compiled library: {str(err).splitlines()[-1]}") from None
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)  # the library is mapped; the file is no longer needed
+    groups = [OpGroup(func=None, **g) for g in meta.get("groups", [])]
+    return Module(
+        lib,
+        backend,
+        inputs=[TensorSpec.from_dict(d) for d in meta["inputs"]],
+        outputs=[TensorSpec.from_dict(d) for d in meta["outputs"]],
+        groups=groups,
+        info=meta.get("info", {}),
+    )

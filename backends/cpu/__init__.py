@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..base import Backend, HardwareSpec
-from .detect import describe_cpu
+from .detect import describe_cpu, host_cpu
 
 
 class CPUBackend(Backend):
@@ -16,9 +16,9 @@ class CPUBackend(Backend):
     @classmethod
     def from_arch(cls, arch: str | None) -> "CPUBackend":
         """arch: None (this host), an LLVM CPU name ("skylake-avx512"), or a triple ("aarch64-linux-gnu")."""
+        host = host_cpu()
         if not arch:
-            return cls(describe_cpu(), is_host=True)
-        host = describe_cpu()
+            return cls(host, is_host=True)
         if arch.count("-") >= 2:  # a target triple
             return cls(describe_cpu(mcpu="generic", triple=arch), is_host=False)
         spec = describe_cpu(mcpu=arch, triple=host.triple)
@@ -38,10 +38,13 @@ class CPUBackend(Backend):
         """Code for a named CPU runs here when this host has every ISA feature it uses."""
         if self.is_host:
             return True
-        host = describe_cpu()
+        host = host_cpu()
         return host.triple.split("-")[0] == self.spec.triple.split("-")[0] and set(self.spec.features) <= set(
             host.features
         )
+
+    def can_link_here(self) -> bool:
+        return self.spec.triple.split("-")[0] == host_cpu().triple.split("-")[0]
 
     def device(self):
         import tvm

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 from ..base import HardwareSpec, MatrixCoreShape
@@ -111,3 +112,9 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
         features=features,
         triple=triple,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> HardwareSpec:
+    """This machine's CPU (detected once per process)."""
+    return describe_cpu()

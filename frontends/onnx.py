@@ -1,0 +1,364 @@
+"""ONNX frontend: load and validate a model, bind input shapes, import it into a Relax IRModule.
+
+Every failure becomes an XcompError naming the file, node or op at fault:
+- a missing / unreadable / truncated / non-ONNX file, or one the ONNX checker rejects -> ModelLoadError;
+- external data whose path escapes the model's folder -> ModelLoadError;
+- ops the importer cannot take -> one UnsupportedOpError listing every such node at once;
+- a converter that fails on a node -> UnsupportedOpError naming that node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import warnings
+from collections import Counter
+
+import numpy as np
+
+from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError
+
+MIN_OPSET, MAX_OPSET = 7, 21
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor in a model's signature."""
+
+    name: str
+    shape: tuple  # ints; a str for a dimension that is still symbolic
+    dtype: str
+
+    def to_dict(self):
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["name"], tuple(d["shape"]), d["dtype"])
+
+
+@dataclasses.dataclass
+class ImportedModel:
+    """An ONNX model imported into Relax, with its signature."""
+
+    mod: object  # tvm.IRModule with a Relax "main"
+    inputs: list  # [TensorSpec]
+    outputs: list  # [TensorSpec]
+    opset: int
+    name: str
+    proto: object  # the (shape-bound, rewritten) onnx.ModelProto
+
+
+def _onnx():
+    import onnx
+
+    return onnx
+
+
+# -- loading ------------------------------------------------------------------------------------------------
+
+
+def _read_proto(model):
+    """ModelProto from a path, bytes or a ModelProto; returns (proto, folder for external data, label)."""
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model, None, "<ModelProto>"
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data, folder, label = bytes(model), None, "<bytes>"
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelLoadError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"{path}: is a directory, expected an .onnx file")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            raise ModelLoadError(f"{path}: cannot read ({err.strerror})") from None
+        folder, label = os.path.dirname(os.path.abspath(path)), path
+    else:
+        raise UserError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if not data:
+        raise ModelLoadError(f"{label}: empty file, not an ONNX model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as err:  # protobuf's DecodeError and friends
+        raise ModelLoadError(f"{label}: not a valid ONNX model (protobuf parse failed: {err})") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{label}: not an ONNX model (no graph found in the file)")
+    return proto, folder, label
+
+
+def _external_tensors(graph):
+    """Every TensorProto in the graph (and its subgraphs) that stores its data in another file."""
+    onnx = _onnx()
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for t in g.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                yield t
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                    yield attr.t
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
+def _load_external_data(proto, folder, label):
+    """Load external tensors, refusing any location that resolves outside the model's folder."""
+    onnx = _onnx()
+    tensors = list(_external_tensors(proto.graph))
+    if not tensors:
+        return
+    if folder is None:
+        raise ModelLoadError(
+            f"{label}: the model keeps weights in external files; load it from a path so they can be found"
+        )
+    root = os.path.realpath(folder)
+    for t in tensors:
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        full = os.path.realpath(os.path.join(root, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([root, full]) != root:
+            raise ModelLoadError(
+                f"{label}: initializer {t.name!r} points at external data {location!r} outside the model's "
+                f"folder {root}; refusing to read it"
+            )
+        if not os.path.isfile(full):
+            raise ModelLoadError(f"{label}: external data file {location!r} for initializer {t.name!r} is missing")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, root)
+    except Exception as err:
+        raise ModelLoadError(f"{label}: cannot load external data: {err}") from None
+
+
+def _model_opset(proto, label) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in _DEFAULT_DOMAINS:
+            return entry.version
+    if not proto.opset_import:  # very old models: opset 1
+        return 1
+    raise ModelLoadError(f"{label}: the model imports no default (ai.onnx) opset")
+
+
+def _check(proto, label):
+    onnx = _onnx()
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"{label}: invalid ONNX model: {first}") from None
+
+
+# -- signature and shapes -------------------------------------------------------------------------------------
+
+
+def _dtype_of(elem_type) -> str:
+    onnx = _onnx()
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def _value_spec(value) -> TensorSpec:
+    ttype = value.type.tensor_type
+    dims = []
+    for i, d in enumerate(ttype.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"{value.name}_dim{i}")
+    return TensorSpec(value.name, tuple(dims), _dtype_of(ttype.elem_type) if ttype.elem_type else "float32")
+
+
+def graph_inputs(proto) -> list:
+    """The model's real inputs (graph inputs that are not initializers)."""
+    inits = {t.name for t in proto.graph.initializer}
+    return [_value_spec(v) for v in proto.graph.input if v.name not in inits]
+
+
+def _bind_input_shapes(proto, input_shapes, label):
+    """Fix the graph's input dims from user shapes; an unbound symbolic dim is an error naming it."""
+    inputs = graph_inputs(proto)
+    by_name = {s.name: s for s in inputs}
+    input_shapes = dict(input_shapes or {})
+    for name in input_shapes:
+        if name not in by_name:
+            raise InputError(f"{label}: --input-shape names {name!r}, but the model's inputs are {sorted(by_name)}")
+    for value in proto.graph.input:
+        if value.name not in by_name:
+            continue
+        spec = by_name[value.name]
+        given = input_shapes.get(value.name)
+        dims = value.type.tensor_type.shape.dim
+        if given is not None:
+            given = tuple(int(x) for x in given)
+            if len(given) != len(spec.shape):
+                raise InputError(
+                    f"{label}: input {value.name!r} has rank {len(spec.shape)} {list(spec.shape)}, "
+                    f"but the given shape {list(given)} has rank {len(given)}"
+                )
+            for i, (want, got) in enumerate(zip(spec.shape, given)):
+                if isinstance(want, int) and want != got:
+                    raise InputError(
+                        f"{label}: input {value.name!r} dim {i} is fixed to {want} in the model, got {got}"
+                    )
+                if got <= 0:
+                    raise InputError(f"{label}: input {value.name!r} dim {i} must be positive, got {got}")
+                dims[i].Clear()
+                dims[i].dim_value = got
+        else:
+            unbound = [d for d in spec.shape if not isinstance(d, int)]
+            if unbound:
+                example = ",".join(str(d) if isinstance(d, int) else "1" for d in spec.shape)
+                raise InputError(
+                    f"{label}: input {value.name!r} has dynamic dims {unbound} {list(spec.shape)}; give a shape, "
+                    f"e.g. --input-shape {value.name}={example} (Python: input_shapes={{{value.name!r}: ...}})"
+                )
+
+
+# -- support checks and rewrites ---------------------------------------------------------------------------
+
+
+def _convert_map():
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    return _get_convert_map()
+
+
+def _all_nodes(graph):
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            yield node
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
+def unsupported_nodes(proto, opset):
+    """[(node name, op type, opset)] for every node the importer has no converter for."""
+    supported = set(_convert_map()) | {"Constant", "If"}
+    bad = []
+    for node in _all_nodes(proto.graph):
+        if node.domain not in _DEFAULT_DOMAINS:
+            bad.append((node.name, f"{node.domain}.{node.op_type}", opset))
+        elif node.op_type not in supported:
+            bad.append((node.name, node.op_type, opset))
+    return bad
+
+
+def op_histogram(proto) -> Counter:
+    return Counter(
+        n.op_type if n.domain in _DEFAULT_DOMAINS else f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph)
+    )
+
+
+def _rewrite_sum_to_add(graph):
+    """ONNX Sum becomes a chain of Add: TVM imports Sum as stack+reduce, which fuses and vectorizes badly."""
+    onnx = _onnx()
+    new_nodes = []
+    for node in graph.node:
+        if node.op_type == "Sum" and node.domain in _DEFAULT_DOMAINS and len(node.input) >= 2:
+            acc = node.input[0]
+            for i, operand in enumerate(node.input[1:], start=1):
+                last = i == len(node.input) - 1
+                out = node.output[0] if last else f"{node.output[0]}__sum{i}"
+                new_nodes.append(onnx.helper.make_node("Add", [acc, operand], [out], name=f"{node.name}__add{i}"))
+                acc = out
+        elif node.op_type == "Sum" and len(node.input) == 1:
+            new_nodes.append(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+        else:
+            new_nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+
+# -- import -------------------------------------------------------------------------------------------------
+
+
+def _importer_class():
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    class NamingImporter(ONNXGraphImporter):
+        """The stock importer, but a converter failure names the node and op."""
+
+        def _convert_operator(self, op_name, inputs, attrs, opset):
+            try:
+                return super()._convert_operator(op_name, inputs, attrs, opset)
+            except UnsupportedOpError:
+                raise
+            except Exception as err:
+                node = attrs.get("tvm_custom", {}).get("name", "")
+                reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+                error = UnsupportedOpError([(node, op_name, opset)])
+                error.args = (f"cannot import node {node or '<unnamed>'} ({op_name}, opset {opset}): {reason}",)
+                raise error from None
+
+    return NamingImporter
+
+
+def _output_specs(mod, proto) -> list:
+    from tvm import relax
+
+    ret = mod["main"].ret_ty
+    fields = ret.fields if isinstance(ret, relax.TupleType) else [ret]
+    specs = []
+    for value, sinfo in zip(proto.graph.output, fields):
+        shape = tuple(int(d) if hasattr(d, "value") else str(d) for d in sinfo.shape.values) if sinfo.shape else ()
+        specs.append(TensorSpec(value.name, shape, str(sinfo.dtype)))
+    return specs
+
+
+def load_onnx(model, input_shapes=None) -> ImportedModel:
+    """Load, validate and import an ONNX model (path, bytes or ModelProto) into Relax."""
+    onnx = _onnx()
+    proto, folder, label = _read_proto(model)
+    proto_copy = onnx.ModelProto()
+    proto_copy.CopyFrom(proto)
+    proto = proto_copy
+    _load_external_data(proto, folder, label)
+    _check(proto, label)
+    opset = _model_opset(proto, label)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
+    bad = unsupported_nodes(proto, opset)
+    if bad:
+        raise UnsupportedOpError(bad)
+    _bind_input_shapes(proto, input_shapes, label)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
+    except Exception as err:
+        raise ModelLoadError(f"{label}: shape inference failed: {str(err).strip().splitlines()[0]}") from None
+    _rewrite_sum_to_add(proto.graph)
+
+    inputs = graph_inputs(proto)
+    importer = _importer_class()(
+        {s.name: list(s.shape) for s in inputs}, {s.name: s.dtype for s in inputs}, keep_params_in_input=False
+    )
+    # The stock importer prints and warns as it goes; keep the user's terminal clean.
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            mod = importer.from_onnx(proto.graph, opset)
+        except (UserError, MemoryError):
+            raise
+        except Exception as err:
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise ModelLoadError(f"{label}: cannot import the model: {reason}") from None
+    return ImportedModel(
+        mod=mod,
+        inputs=inputs,
+        outputs=_output_specs(mod, proto),
+        opset=opset,
+        name=proto.graph.name or os.path.splitext(os.path.basename(label))[0],
+        proto=proto,
+    )

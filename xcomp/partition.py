@@ -1,0 +1,212 @@
+"""Partition a Relax model into operator groups: legalize, fuse, dedup.
+
+After our graph passes, every `call_tir` in `main` calls one fused PrimFunc: an operator group (a conv with its
+batch-norm/bias/relu epilogue, a reduction chain, an elementwise run, ...). Identical groups share one structural
+key and are scheduled (and tuned) once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+
+import numpy as np
+
+from xcomp.errors import InternalError
+
+
+@dataclasses.dataclass
+class OpGroup:
+    """One unique fused PrimFunc and where it is used."""
+
+    name: str  # the PrimFunc's global symbol in the compiled module
+    kind: str  # conv, matmul, reduction, pool, injective, opaque
+    key: str  # structural key: kind + hash of the func's structure (shapes, dtypes, ops)
+    count: int  # call sites in the model
+    flops: int  # per call
+    bytes: int  # per call: inputs read + outputs written, once each
+    signature: str  # "1x64x56x56xf32, 64x64x3x3xf32 -> 1x64x56x56xf32"
+    func: object = dataclasses.field(repr=False)  # tvm.tirx.PrimFunc, unscheduled
+
+    def to_dict(self):
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "key": self.key,
+            "count": self.count,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "signature": self.signature,
+        }
+
+
+def graph_passes(spec):
+    """The Relax pass sequence that turns an imported model into fused operator groups for `spec`."""
+    import tvm
+    from tvm import relax
+
+    from xcomp import schedules
+
+    return tvm.ir.transform.Sequential(
+        [
+            relax.transform.FoldBatchnormToConv2D(),
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.transform.FoldConstant(),
+            relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.DeadCodeElimination(),
+        ],
+        name="xcomp.partition",
+    )
+
+
+def _call_counts(mod) -> Counter:
+    """How many times the Relax functions call each PrimFunc (by global symbol)."""
+    import tvm
+    from tvm import relax
+
+    counts = Counter()
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.args:
+            callee = expr.args[0]
+            if isinstance(callee, relax.GlobalVar):
+                counts[callee.name_hint] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return counts
+
+
+_ARITH = None
+
+
+def _count_ops(expr) -> int:
+    """Arithmetic operations in one evaluation of a TIR expression (calls such as exp count as one)."""
+    global _ARITH
+    import tvm
+    from tvm import tirx
+
+    if _ARITH is None:
+        _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min, tirx.FloorDiv, tirx.FloorMod)
+    if isinstance(expr, _ARITH):
+        return 1 + _count_ops(expr.a) + _count_ops(expr.b)
+    if isinstance(expr, tvm.ir.Call):  # TIR intrinsics (exp, sqrt, ...) are ir.Call
+        return 1 + sum(_count_ops(a) for a in expr.args)
+    if isinstance(expr, tirx.Select):
+        return 1 + _count_ops(expr.true_value) + _count_ops(expr.false_value)
+    if isinstance(expr, tirx.Cast):
+        return _count_ops(expr.value)
+    return 0
+
+
+def _block_stores(stmt):
+    """BufferStores directly in a block body (looking through init-free SeqStmts)."""
+    from tvm import tirx
+
+    if isinstance(stmt, tirx.BufferStore):
+        return [stmt]
+    if isinstance(stmt, tirx.SeqStmt):
+        return [s for child in stmt.seq for s in _block_stores(child)]
+    return []
+
+
+def estimate_flops(func) -> int:
+    """Sum over leaf blocks of (iteration-space size x arithmetic ops per iteration)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    total = 0
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
+        block = sch.get(block_rv)
+        points = 1
+        for iv in block.iter_vars:
+            points *= int(iv.dom.extent)
+        ops = sum(_count_ops(store.value) for store in _block_stores(block.body))
+        total += points * ops
+    return total
+
+
+def _has_root(sch) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:  # funcs without a root block (already lowered) have nothing to count
+        return False
+
+
+def _buffer_bytes(buf) -> int:
+    n = 1
+    for d in buf.shape:
+        n *= int(d)
+    return n * np.dtype(str(buf.dtype)).itemsize if str(buf.dtype) != "bool" else n
+
+
+def _short_dtype(dtype: str) -> str:
+    return {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32",
+            "int8": "i8", "uint8": "u8", "bool": "b1", "float64": "f64"}.get(dtype, dtype)
+
+
+def _signature(func) -> str:
+    parts = []
+    for buf in func.params:  # TVM 0.27: PrimFunc params are the buffers themselves
+        shape = "x".join(str(int(d)) for d in buf.shape) or "scalar"
+        parts.append(f"{shape}x{_short_dtype(str(buf.dtype))}")
+    return ", ".join(parts[:-1]) + " -> " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")
+
+
+def structural_key(func, kind: str) -> str:
+    import tvm_ffi
+
+    shape_and_ops = tvm_ffi.structural_hash(func.without_attr("global_symbol"), map_free_vars=True)
+    digest = hashlib.sha1(str(shape_and_ops).encode())
+    return f"{kind}-{digest.hexdigest()[:12]}"
+
+
+def partition(imported_mod, spec):
+    """Run the graph passes; return (fused IRModule, [OpGroup] in first-use order)."""
+    from tvm import tirx
+
+    from xcomp import schedules
+
+    try:
+        mod = graph_passes(spec)(imported_mod)
+    except Exception as err:
+        raise InternalError(f"graph partitioning failed: {str(err).strip().splitlines()[-1]}") from err
+    counts = _call_counts(mod)
+    groups = []
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        kind = schedules.classify(func)
+        groups.append(
+            OpGroup(
+                name=gv.name_hint,
+                kind=kind,
+                key=structural_key(func, kind),
+                count=counts.get(gv.name_hint, 0),
+                flops=estimate_flops(func),
+                bytes=sum(_buffer_bytes(buf) for buf in func.params),
+                signature=_signature(func),
+                func=func,
+            )
+        )
+    return mod, groups
+
+
+def unique_groups(groups):
+    """Groups merged by structural key: {key: (representative group, total call count)}."""
+    merged = {}
+    for g in groups:
+        if g.key in merged:
+            rep, total = merged[g.key]
+            merged[g.key] = (rep, total + g.count)
+        else:
+            merged[g.key] = (g, g.count)
+    return merged

@@ -1,0 +1,135 @@
+"""The compile pipeline: import -> partition -> schedule each group -> build one Relax VM executable."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from tqdm.auto import tqdm
+
+from xcomp.errors import InternalError, XcompError
+
+
+@dataclasses.dataclass
+class ScheduleChoice:
+    """Which config a group was built with, and where it came from."""
+
+    knobs: dict | None
+    source: str  # "database", "costmodel", "default", "fallback:<reason>"
+
+
+def _lowering_passes(spec):
+    """Relax -> VM lowering after our own fusion and scheduling (TVM's default pipeline would fuse again)."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+    from tvm.relax.backend.gpu_generic import pipeline as gpu_generic
+
+    generic = gpu_generic if spec.is_gpu else cpu_generic
+    return tvm.transform.Sequential(generic.dataflow_lower_passes(None) + generic.finalize_passes(None))
+
+
+def _schedule_group(group, spec, knobs):
+    """Scheduled PrimFunc for a group; a failing config falls back to the default, then to the plain func."""
+    from xcomp import schedules
+
+    attempts = [(knobs, "database")] if knobs is not None else []
+    attempts.append((None, "default"))
+    reasons = []
+    for attempt_knobs, source in attempts:
+        try:
+            func = schedules.schedule_func(group.func, spec, attempt_knobs)
+            return func, ScheduleChoice(attempt_knobs, source if not reasons else f"{source} ({reasons[-1]})")
+        except XcompError:
+            raise
+        except Exception as err:  # a template that cannot handle this func: try the next, safer option
+            reasons.append(f"{source} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}")
+    if spec.is_gpu:  # GPU code must be thread-bound: an unscheduled func cannot build
+        raise InternalError(f"no schedule for group {group.name} ({group.kind}): {'; '.join(reasons)}")
+    return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")
+
+
+def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
+    """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once."""
+    from xcomp.partition import unique_groups
+
+    best_knobs = best_knobs or {}
+    choices = {}
+    scheduled = {}
+    merged = unique_groups(groups)
+    bar = tqdm(merged.items(), desc="schedule", unit="group", disable=not progress, leave=False)
+    for key, (rep, _count) in bar:
+        bar.set_postfix_str(rep.kind)
+        func, choice = _schedule_group(rep, spec, best_knobs.get(key))
+        scheduled[key] = func
+        choices[key] = choice
+    for group in groups:
+        gv = mod.get_global_var(group.name)
+        func = scheduled[group.key].with_attr("global_symbol", group.name)
+        mod[gv] = func
+    return mod, choices
+
+
+def build_executable(mod, backend):
+    """tvm.compile the scheduled module for the backend's target."""
+    import tvm
+
+    target = backend.target()
+    try:
+        with target:
+            return tvm.compile(mod, target=target, relax_pipeline=_lowering_passes(backend.spec))
+    except XcompError:
+        raise
+    except Exception as err:
+        raise InternalError(
+            f"building for {backend.target_string} failed: {str(err).strip().splitlines()[-1]}"
+        ) from err
+
+
+def compile_model(model, target="cpu", input_shapes=None, best_knobs=None, progress=True):
+    """Model (path, bytes or ModelProto) -> xcomp.Module for `target`."""
+    from xcomp.backends import get_backend
+    from xcomp.frontends import load_onnx
+    from xcomp.module import Module
+    from xcomp.partition import partition
+
+    timings = {}
+    steps = tqdm(total=4, desc="compile", unit="step", disable=not progress, leave=False)
+    t0 = time.perf_counter()
+    backend = get_backend(target)
+    steps.set_postfix_str("import")
+    imported = load_onnx(model, input_shapes)
+    timings["import_s"] = time.perf_counter() - t0
+    steps.update()
+
+    t = time.perf_counter()
+    steps.set_postfix_str("partition")
+    mod, groups = partition(imported.mod, backend.spec)
+    timings["partition_s"] = time.perf_counter() - t
+    steps.update()
+
+    t = time.perf_counter()
+    steps.set_postfix_str("schedule")
+    mod, choices = schedule_module(mod, groups, backend.spec, best_knobs, progress=progress)
+    timings["schedule_s"] = time.perf_counter() - t
+    steps.update()
+
+    t = time.perf_counter()
+    steps.set_postfix_str("build")
+    executable = build_executable(mod, backend)
+    timings["build_s"] = time.perf_counter() - t
+    steps.update()
+    steps.close()
+    timings["total_s"] = time.perf_counter() - t0
+    return Module(
+        executable,
+        backend,
+        inputs=imported.inputs,
+        outputs=imported.outputs,
+        groups=groups,
+        info={
+            "model_name": imported.name,
+            "opset": imported.opset,
+            "compile_times": timings,
+            "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
+        },
+    )
