@@ -115,6 +115,37 @@ class Backend(abc.ABC):
         """The host side of the built code can be linked into a shared library on this machine."""
         return True
 
+    def emit_sources(self, executable, out_dir: str) -> list:
+        """Write the generated code of a compiled executable into out_dir; returns the paths written.
+
+        Host code (LLVM) is written here as LLVM IR and assembly; device modules (CUDA, ROCm) go through
+        `emit_device_module`, which GPU backends implement.
+        """
+        import os
+
+        os.makedirs(out_dir, exist_ok=True)
+        written = []
+        stack, seen = [executable.mod if hasattr(executable, "mod") else executable], set()
+        while stack:
+            module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            stack.extend(module.imports)
+            if module.kind == "llvm":
+                for fmt, ext in (("ll", "ll"), ("asm", "s")):
+                    path = os.path.join(out_dir, f"host.{ext}")
+                    with open(path, "w") as f:
+                        f.write(module.inspect_source(fmt))
+                    written.append(path)
+            else:
+                written += self.emit_device_module(module, out_dir)
+        return written
+
+    def emit_device_module(self, module, out_dir: str) -> list:  # noqa: ARG002 - overridden by GPU backends
+        """Write one non-host runtime module (e.g. kind "cuda"); the CPU backend has none."""
+        return []
+
     @property
     def target_string(self) -> str:
         return f"{self.name}:{self.spec.arch}" if self.spec.arch else self.name

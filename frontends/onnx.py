@@ -326,13 +326,14 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     proto_copy.CopyFrom(proto)
     proto = proto_copy
     _load_external_data(proto, folder, label)
-    _check(proto, label)
     opset = _model_opset(proto, label)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
+    # Before the checker, which stops at the first op it does not know: the user gets every one at once.
     bad = unsupported_nodes(proto, opset)
     if bad:
         raise UnsupportedOpError(bad)
+    _check(proto, label)
     _bind_input_shapes(proto, input_shapes, label)
     try:
         proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)

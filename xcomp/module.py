@@ -144,6 +144,10 @@ class Module:
             samples.append((time.perf_counter() - t) * 1e3)
         return latency_stats(samples)
 
+    def emit_sources(self, out_dir) -> list:
+        """Write the generated code (LLVM IR/asm; CUDA source and PTX; AMDGPU asm and code object) to out_dir."""
+        return self._backend.emit_sources(self._executable, os.fspath(out_dir))
+
     # -- persistence ------------------------------------------------------------------------------------------
 
     def metadata(self) -> dict:

@@ -1,0 +1,115 @@
+"""The xcomp command line, end to end in subprocesses, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+
+from conftest import ort_run, tiny_mlp
+
+
+def xcomp_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def test_help_teaches():
+    r = xcomp_cli("--help")
+    assert r.returncode == 0
+    for word in ("compile", "run", "info", "bench", "onnx:light_resnet50", "exit codes"):
+        assert word in r.stdout
+
+
+def test_version():
+    import xcomp
+
+    r = xcomp_cli("--version")
+    assert r.returncode == 0 and xcomp.__version__ in r.stdout
+
+
+def test_compile_run_matches_onnxruntime(tmp_path):
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    out = tmp_path / "mlp.xc"
+    r = xcomp_cli("compile", str(model_path), "-o", str(out), "--json", "-q")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["output"] == str(out) and out.exists()
+
+    x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = xcomp_cli("run", str(out), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "checksum" in r.stdout
+    got = np.load(tmp_path / "y.npz")["y"]
+    np.testing.assert_allclose(got, ort_run(str(model_path), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_run_random_inputs_json(tmp_path):
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("run", str(model_path), "--json", "-q", "--seed", "7")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["inputs"]["x"]["random"] is True
+    assert doc["outputs"]["y"]["shape"] == [2, 4]
+    again = json.loads(xcomp_cli("run", str(model_path), "--json", "-q", "--seed", "7").stdout)
+    assert again["outputs"]["y"]["checksum"] == doc["outputs"]["y"]["checksum"]  # seeded: reproducible
+
+
+def test_user_errors_are_one_line_exit_1(tmp_path):
+    r = xcomp_cli("compile", str(tmp_path / "missing.onnx"))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "no such file" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("compile", str(model_path), "-t", "tpu", "-q")
+    assert r.returncode == 1 and "unknown target" in r.stderr and "Traceback" not in r.stderr
+
+    np.save(tmp_path / "bad.npy", np.zeros((2, 8), np.float64))
+    r = xcomp_cli("run", str(model_path), "--input", f"x={tmp_path / 'bad.npy'}", "-q")
+    assert r.returncode == 1 and "expected dtype float32, got float64" in r.stderr
+
+
+def test_info_lists_ops_groups_and_unsupported(tmp_path):
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("info", str(model_path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ops"] == {"MatMul": 1, "Add": 1, "Relu": 1}
+    assert doc["unsupported"] == []
+    assert doc["groups"] and all(g["count"] >= 1 for g in doc["groups"])
+    assert sum(g["flops"] * g["count"] for g in doc["groups"]) >= 2 * 2 * 8 * 4
+
+    bad = tiny_mlp(2)
+    bad.graph.node[2].op_type = "NoSuchOp"
+    onnx.save(bad, str(tmp_path / "bad.onnx"))
+    r = xcomp_cli("info", str(tmp_path / "bad.onnx"))
+    assert r.returncode == 0 and "unsupported (1 node(s))" in r.stdout and "NoSuchOp" in r.stdout
+
+
+def test_bench_against_onnxruntime(tmp_path):
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("bench", str(model_path), "--baseline", "onnxruntime", "--repeat", "5", "--json", "-q")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    res = doc["results"]
+    assert res["xcomp"]["runs"] == 5 and res["onnxruntime"]["runs"] == 5
+    assert res["onnxruntime"]["xcomp_ratio"] > 0
+    assert res["onnxruntime"]["max_abs_diff"] < 1e-4
+
+
+def test_shipped_model_shorthand():
+    r = xcomp_cli("info", "onnx:light_squeezenet", "--json", "-q")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["inputs"][0]["shape"] == [1, 3, 224, 224]
+    r = xcomp_cli("info", "onnx:no_such_model")
+    assert r.returncode == 1 and "light_resnet50" in r.stderr

@@ -1,0 +1,90 @@
+"""Module: signature, save/load (also in a fresh process), cross-compiled targets, bad artifacts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import xcomp
+from conftest import ort_run, tiny_mlp
+
+
+def test_signature_and_call_styles(tiny_module):
+    module, model = tiny_module
+    assert [(s.name, s.shape, s.dtype) for s in module.inputs] == [("x", (2, 8), "float32")]
+    assert [(s.name, s.shape, s.dtype) for s in module.outputs] == [("y", (2, 4), "float32")]
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(module(x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(module(x=x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    stats = module.benchmark(repeat=3, warmup=1)
+    assert stats["runs"] == 3 and 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
+
+
+def test_save_load_in_a_fresh_process(tiny_module, tmp_path):
+    module, model = tiny_module
+    path = module.save(tmp_path / "mlp.xc")
+    with zipfile.ZipFile(path) as zf:
+        meta = json.loads(zf.read("metadata.json"))
+    assert meta["target"] == "cpu" and meta["xcomp_version"] == xcomp.__version__
+    assert meta["tvm_version"] and meta["hardware_fingerprint"] == module.spec.fingerprint()
+
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, xcomp\n"
+        "m = xcomp.load(sys.argv[1])\n"
+        "np.save(sys.argv[3], m(np.load(sys.argv[2])))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_load_rejects_other_files(tmp_path):
+    junk = tmp_path / "junk.xc"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(xcomp.ArtifactError, match="not an xcomp module"):
+        xcomp.load(junk)
+    with pytest.raises(xcomp.ArtifactError, match="no such file"):
+        xcomp.load(tmp_path / "missing.xc")
+
+
+def test_load_says_when_built_for_other_hardware(tiny_module, tmp_path):
+    module, _ = tiny_module
+    path = module.save(tmp_path / "mlp.xc")
+    forged = tmp_path / "forged.xc"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(forged, "w") as dst:
+        meta = json.loads(src.read("metadata.json"))
+        meta["target"] = "cpu:aarch64-linux-gnu"
+        dst.writestr("metadata.json", json.dumps(meta))
+        dst.writestr(meta["library"], src.read(meta["library"]))
+    with pytest.raises(xcomp.ArtifactError, match="built for cpu:aarch64-linux-gnu"):
+        xcomp.load(forged)
+
+
+def test_cross_compile_for_another_cpu(tmp_path):
+    module = xcomp.compile(tiny_mlp(2), target="cpu:aarch64-linux-gnu")
+    assert module.target == "cpu:aarch64-linux-gnu"
+    with pytest.raises(xcomp.UserError, match="cannot run on this machine"):
+        module(np.zeros((2, 8), np.float32))
+    path = module.save(tmp_path / "arm.xc")  # object files in a tar: linked on the target machine
+    with zipfile.ZipFile(path) as zf:
+        assert "lib.tar" in zf.namelist()
+    asm = module.emit_sources(tmp_path / "src")
+    text = open([p for p in asm if p.endswith(".s")][0]).read()
+    assert "fmla" in text or "fmul" in text or "fadd" in text  # AArch64 floating-point instructions
+
+
+def test_named_x86_cpu_uses_its_vector_width(tmp_path):
+    module = xcomp.compile(tiny_mlp(2), target="cpu:skylake-avx512")
+    assert module.spec.features and "avx512f" in module.spec.features
+    paths = module.emit_sources(tmp_path / "src")
+    assert any(p.endswith(".ll") for p in paths)

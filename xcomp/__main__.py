@@ -1,0 +1,5 @@
+import sys
+
+from xcomp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,309 @@
+"""The `xcomp` command line: compile, run, info, bench.
+
+Exit codes: 0 success, 1 user error (bad model, input, target, file), 2 internal error (a bug: please report).
+Every command takes --json for machine-readable output on stdout; progress bars go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+EPILOG = """\
+examples:
+  xcomp compile model.onnx -o model.xc                 compile for this CPU
+  xcomp compile onnx:light_resnet50 -t cuda:sm_90      cross-compile a model shipped with the onnx package
+  xcomp run model.xc --input x=x.npy --output out.npz  run on given inputs (random inputs if none)
+  xcomp info model.onnx                                ops, operator groups, anything unsupported
+  xcomp bench onnx:light_resnet50 --baseline onnxruntime
+
+models: a path to an .onnx file, or onnx:NAME for a model that ships inside the onnx package
+        (onnx:light_resnet50, onnx:light_vgg19, onnx:test_AvgPool2d, ...).
+targets: cpu (this machine), cpu:skylake-avx512, cpu:znver4, cpu:aarch64-linux-gnu, cuda, cuda:sm_80,
+         cuda:sm_90, rocm:gfx90a, rocm:gfx942.
+exit codes: 0 ok, 1 user error, 2 internal error.
+"""
+
+
+def _parse_shape_arg(text: str):
+    """'x=1,3,224,224' -> ('x', (1, 3, 224, 224))."""
+    from xcomp.errors import UserError
+
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise UserError(f"--input-shape {text!r}: expected NAME=D1,D2,... e.g. data=1,3,224,224") from None
+
+
+def _input_shapes(args):
+    return dict(_parse_shape_arg(s) for s in args.input_shape or []) or None
+
+
+def _load_inputs(specs, module):
+    """--input values: NAME=file.npy, or one .npz holding every input by name."""
+    from xcomp.errors import InputError
+
+    inputs = {}
+    for spec in specs or []:
+        name, sep, path = spec.rpartition("=")
+        if not sep:
+            path = spec
+        if not os.path.isfile(path):
+            raise InputError(f"--input {spec!r}: no such file {path!r}")
+        try:
+            data = np.load(path, allow_pickle=False)
+        except Exception as err:
+            raise InputError(f"--input {spec!r}: cannot read {path!r} as .npy/.npz ({err})") from None
+        if isinstance(data, np.lib.npyio.NpzFile):
+            inputs.update({k: data[k] for k in data.files})
+        elif sep:
+            inputs[name] = data
+        elif len(module.inputs) == 1:
+            inputs[module.inputs[0].name] = data
+        else:
+            raise InputError(f"--input {spec!r}: the model has several inputs; write NAME=file.npy")
+    return inputs
+
+
+def _model_arg(text):
+    from xcomp.examples import resolve
+
+    return resolve(text)
+
+
+def _fmt_flops(n):
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(int(n))
+
+
+def _table(rows, headers):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in
+              enumerate(headers)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+# -- commands -------------------------------------------------------------------------------------------------
+
+
+def cmd_compile(args):
+    import xcomp
+
+    model = _model_arg(args.model)
+    module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), progress=not args.quiet)
+    out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
+    module.save(out)
+    emitted = []
+    if args.emit_source:
+        emitted = module.emit_sources(args.emit_source)
+    result = {
+        "output": out,
+        "target": module.target,
+        "hardware": module.spec.name,
+        "groups": len(module.groups),
+        "unique_groups": len({g.key for g in module.groups}),
+        "compile_times": module.info["compile_times"],
+        "emitted": emitted,
+    }
+    if args.json:
+        return result
+    t = module.info["compile_times"]
+    print(f"compiled {args.model} for {module.target} ({module.spec.name}) in {t['total_s']:.1f}s "
+          f"({result['unique_groups']} unique of {result['groups']} operator groups) -> {out}")
+    for path in emitted:
+        print(f"  wrote {path}")
+    return None
+
+
+def _open_module(args):
+    """A .xc file is loaded; anything else is compiled first."""
+    import xcomp
+
+    model = _model_arg(args.model)
+    if isinstance(model, str) and model.endswith(".xc"):
+        return xcomp.load(model)
+    return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), progress=not args.quiet)
+
+
+def cmd_run(args):
+    module = _open_module(args)
+    inputs = _load_inputs(args.input, module)
+    generated = not inputs
+    if generated:
+        inputs = module.random_inputs(args.seed)
+    outputs = module.run(inputs)
+    if args.output:
+        np.savez(args.output, **outputs)
+    summary = {
+        "target": module.target,
+        "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype), "random": generated} for k, v in
+                   inputs.items()},
+        "outputs": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype), "checksum": float(np.sum(v, dtype=np.float64)),
+                "mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v))}
+            for k, v in outputs.items()
+        },
+        "saved": args.output,
+    }
+    if args.json:
+        return summary
+    if generated:
+        print(f"no --input given: random inputs (seed {args.seed})")
+    for name, o in summary["outputs"].items():
+        print(f"{name}: {o['dtype']}{o['shape']} checksum={o['checksum']:.6g} "
+              f"min={o['min']:.6g} max={o['max']:.6g}")
+    if args.output:
+        print(f"outputs written to {args.output}")
+    return None
+
+
+def cmd_info(args):
+    from xcomp.inspect_model import describe
+
+    info = describe(_model_arg(args.model), target=args.target, input_shapes=_input_shapes(args))
+    if args.json:
+        return info
+    print(f"model {info['model']}  opset {info['opset']}  target {info['target']}")
+    for s in info["inputs"]:
+        print(f"  input  {s['name']}: {s['dtype']}{s['shape']}")
+    for s in info.get("outputs", []):
+        print(f"  output {s['name']}: {s['dtype']}{s['shape']}")
+    print("\nops:")
+    print(_table([(op, n) for op, n in info["ops"].items()], ["op", "count"]))
+    if info["unsupported"]:
+        print(f"\nunsupported ({len(info['unsupported'])} node(s)):")
+        print(_table([(u["node"], u["op"], u["opset"]) for u in info["unsupported"]], ["node", "op", "opset"]))
+        return None
+    rows = [(g["kind"], g["key"], g["count"], _fmt_flops(g["flops"]), _fmt_flops(g["bytes"]) + "B",
+             g["signature"]) for g in info["groups"]]
+    print(f"\noperator groups ({len(info['groups'])} unique, "
+          f"{sum(g['count'] for g in info['groups'])} calls, {_fmt_flops(info['total_flops'])}FLOP per run):")
+    print(_table(rows, ["kind", "key", "count", "FLOPs", "bytes", "signature"]))
+    print("\nall ops supported")
+    return None
+
+
+def cmd_bench(args):
+    from xcomp.bench import bench_model
+
+    report = bench_model(_model_arg(args.model), target=args.target, baselines=args.baseline or [],
+                         input_shapes=_input_shapes(args), warmup=args.warmup, repeat=args.repeat,
+                         seed=args.seed, progress=not args.quiet)
+    if args.json:
+        return report
+    r = report["results"]
+    print(f"{report['model']} on {report['target']} ({report['hardware']}), "
+          f"median of {args.repeat} interleaved runs")
+    rows = [("xcomp", f"{r['xcomp']['median_ms']:.3f}", f"{r['xcomp']['p90_ms']:.3f}", "1.00", "")]
+    for name in args.baseline or []:
+        rows.append((name, f"{r[name]['median_ms']:.3f}", f"{r[name]['p90_ms']:.3f}",
+                     f"{1 / r[name]['xcomp_ratio']:.2f}", f"{r[name]['max_abs_diff']:.2e}"))
+    print(_table(rows, ["runner", "median ms", "p90 ms", "speed vs xcomp", "max |diff|"]))
+    for name in args.baseline or []:
+        print(f"xcomp / {name} latency ratio: {r[name]['xcomp_ratio']:.2f}  (< 1 means xcomp is faster)")
+    print(f"compile time: {r['xcomp']['compile_s']:.1f}s")
+    return None
+
+
+# -- parser ---------------------------------------------------------------------------------------------------
+
+
+def build_parser():
+    import xcomp
+
+    parser = argparse.ArgumentParser(
+        prog="xcomp",
+        description="xcomp compiles ONNX models into fast CPU, CUDA and ROCm modules.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"xcomp {xcomp.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p, target=True, shapes=True):
+        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        if target:
+            p.add_argument("-t", "--target", default="cpu", help="target to compile for (default: cpu, this host)")
+        if shapes:
+            p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                           help="bind an input's dynamic dims, e.g. data=1,3,224,224 (repeatable)")
+
+    p = sub.add_parser("compile", help="compile a model to a .xc module file",
+                       description="Compile an ONNX model for a target and save it as one .xc file.")
+    p.add_argument("model", help="path to .onnx, or onnx:NAME")
+    p.add_argument("-o", "--output", help="output file (default: MODEL.xc in the current folder)")
+    p.add_argument("--emit-source", metavar="DIR", help="also write generated code (LLVM IR/asm, CUDA, PTX, AMDGPU)")
+    common(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run a compiled (.xc) or ONNX model on inputs",
+                       description="Run a model. Inputs: NAME=file.npy (repeatable) or one .npz; random if none.")
+    p.add_argument("model", help=".xc file from `xcomp compile`, or an .onnx model (compiled first)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy|FILE.npz")
+    p.add_argument("--output", metavar="FILE.npz", help="save the outputs")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("info", help="show ops, operator groups and unsupported nodes of a model",
+                       description="Show a model's ops, how it partitions into operator groups, and what is "
+                                   "unsupported.")
+    p.add_argument("model", help="path to .onnx, or onnx:NAME")
+    common(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("bench", help="time a model against baselines (onnxruntime)",
+                       description="Compile a model, then time it and each baseline alternately on the same "
+                                   "random inputs; report medians and the latency ratio.")
+    p.add_argument("model", help="path to .onnx, or onnx:NAME")
+    p.add_argument("--baseline", action="append", choices=["onnxruntime"], help="baseline to compare against")
+    p.add_argument("--repeat", type=int, default=30, help="timed rounds (default 30)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the random inputs (default 0)")
+    common(p)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    from xcomp.errors import XcompError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        result = args.func(args)
+    except XcompError as err:
+        print(f"xcomp {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"xcomp {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("XCOMP_DEBUG"):
+            raise
+        print(f"xcomp {args.command}: internal error: {type(err).__name__}: {err} "
+              "(set XCOMP_DEBUG=1 for a traceback; please report it)", file=sys.stderr)
+        return 2
+    if args.json and result is not None:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
