@@ -1,0 +1,198 @@
+"""The tuning database: every measurement of every candidate, durable and shareable.
+
+SQLite in WAL mode; one transaction per measured batch, so a tuner killed with SIGKILL loses nothing it had
+already committed, and a resumed run can skip every candidate it has measured. JSONL export/import moves records
+between machines (the hardware fingerprint keeps measurements from different machines apart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import time
+
+from xcomp.errors import UserError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY,
+    workload_key TEXT NOT NULL,     -- the operator group's structural key
+    kind TEXT NOT NULL,             -- template kind (conv, matmul, ...)
+    target TEXT NOT NULL,           -- target string, e.g. cpu, cuda:sm_90
+    hw_fingerprint TEXT NOT NULL,   -- HardwareSpec.fingerprint() of the machine that measured
+    knobs TEXT NOT NULL,            -- canonical JSON (sorted keys)
+    features_version INTEGER NOT NULL,
+    latencies_ms TEXT NOT NULL,     -- JSON list; empty when the candidate failed
+    median_ms REAL,                 -- NULL when the candidate failed
+    error TEXT,                     -- NULL on success; build/run/timeout/wrong-result message otherwise
+    created REAL NOT NULL,
+    UNIQUE (workload_key, target, hw_fingerprint, knobs)
+);
+CREATE INDEX IF NOT EXISTS records_by_workload ON records (workload_key, target, hw_fingerprint, median_ms);
+"""
+
+
+def canonical_knobs(knobs: dict) -> str:
+    return json.dumps(knobs, sort_keys=True, separators=(",", ":"))
+
+
+@dataclasses.dataclass
+class Record:
+    workload_key: str
+    kind: str
+    target: str
+    hw_fingerprint: str
+    knobs: dict
+    latencies_ms: list
+    error: str | None = None
+    features_version: int = 1
+    created: float = dataclasses.field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.latencies_ms)
+
+    @property
+    def median_ms(self):
+        if not self.ok:
+            return None
+        values = sorted(self.latencies_ms)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["median_ms"] = self.median_ms
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Record":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+class TuningDB:
+    """Open (creating if needed) the database at `path`."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise UserError(f"tuning database {self.path}: folder {folder} does not exist")
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            version = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        except sqlite3.DatabaseError as err:
+            raise UserError(f"tuning database {self.path}: not a usable SQLite database ({err})") from None
+        if int(version) != SCHEMA_VERSION:
+            raise UserError(f"tuning database {self.path}: schema {version}, this xcomp reads {SCHEMA_VERSION}")
+
+    def close(self):
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def add_batch(self, records) -> int:
+        """Insert records in one transaction (all or nothing); duplicates of a measured candidate are ignored.
+        Returns how many rows were new."""
+        rows = [
+            (r.workload_key, r.kind, r.target, r.hw_fingerprint, canonical_knobs(r.knobs), r.features_version,
+             json.dumps(r.latencies_ms), r.median_ms, r.error, r.created)
+            for r in records
+        ]
+        before = self._conn.total_changes
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO records (workload_key, kind, target, hw_fingerprint, knobs, features_version,"
+                " latencies_ms, median_ms, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return self._conn.total_changes - before
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def _where(self, workload_key=None, target=None, hw_fingerprint=None, successful=False):
+        clauses, args = (["median_ms IS NOT NULL"] if successful else []), []
+        for column, value in (("workload_key", workload_key), ("target", target), ("hw_fingerprint", hw_fingerprint)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+    def records(self, workload_key=None, target=None, hw_fingerprint=None) -> list:
+        where, args = self._where(workload_key, target, hw_fingerprint)
+        cur = self._conn.execute(
+            "SELECT workload_key, kind, target, hw_fingerprint, knobs, latencies_ms, error, features_version, created"
+            f" FROM records{where} ORDER BY id",
+            args,
+        )
+        return [
+            Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created)
+            for k, kind, t, fp, knobs, lat, err, fv, created in cur
+        ]
+
+    def count(self, workload_key=None, target=None, hw_fingerprint=None) -> int:
+        where, args = self._where(workload_key, target, hw_fingerprint)
+        return self._conn.execute(f"SELECT COUNT(*) FROM records{where}", args).fetchone()[0]
+
+    def measured_knobs(self, workload_key, target, hw_fingerprint) -> set:
+        """Canonical knob strings already measured (failed ones included): a resumed tuner skips them."""
+        cur = self._conn.execute(
+            "SELECT knobs FROM records WHERE workload_key=? AND target=? AND hw_fingerprint=?",
+            (workload_key, target, hw_fingerprint),
+        )
+        return {row[0] for row in cur}
+
+    def best(self, workload_key, target, hw_fingerprint=None):
+        """(knobs, median_ms) of the fastest successful record, or None. Without a fingerprint, any machine's."""
+        where, args = self._where(workload_key, target, hw_fingerprint, successful=True)
+        row = self._conn.execute(f"SELECT knobs, median_ms FROM records{where} ORDER BY median_ms LIMIT 1", args).fetchone()
+        return (json.loads(row[0]), row[1]) if row else None
+
+    # -- sharing ---------------------------------------------------------------------------------------------
+
+    def export_jsonl(self, path) -> int:
+        records = self.records()
+        tmp = os.fspath(path) + ".tmp"
+        with open(tmp, "w") as f:
+            for r in records:
+                f.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return len(records)
+
+    def import_jsonl(self, path) -> tuple:
+        """Returns (new records, records already present)."""
+        records = []
+        try:
+            with open(path) as f:
+                for lineno, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        records.append(Record.from_json(json.loads(line)))
+                    except (ValueError, TypeError) as err:
+                        raise UserError(f"{path}:{lineno}: not a tuning record ({err})") from None
+        except OSError as err:
+            raise UserError(f"cannot read {path}: {err.strerror}") from None
+        new = self.add_batch(records)
+        return new, len(records) - new
