@@ -1,0 +1,69 @@
+"""Measurement isolation: a crashing, hanging or wrong candidate is a failed record, never a dead tuner."""
+
+from __future__ import annotations
+
+import pytest
+
+from xcomp.tune.measure import BuildResult, LocalRunner
+
+N = 1024
+
+
+def _build(tmp_path, name, body_factor=2.0, mode="ok"):
+    """A PrimFunc B = A * factor, optionally aborting or spinning forever, exported as a library."""
+    import tvm
+    from tvm.script import tirx as T
+
+    if mode == "abort":
+        @T.prim_func(s_tir=True)
+        def main(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+            T.evaluate(T.call_extern("int32", "abort"))
+            for i in range(N):
+                B[i] = A[i]
+    elif mode == "hang":
+        @T.prim_func(s_tir=True)
+        def main(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+            for j in range(T.int64(1) << T.int64(50)):
+                for i in range(N):
+                    B[i] = B[i] * T.float32(0.5) + A[i]
+    else:
+        @T.prim_func(s_tir=True)
+        def main(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+            for i in range(N):
+                B[i] = A[i] * T.float32(body_factor)
+
+    ex = tvm.compile(main, tvm.target.Target({"kind": "llvm"}))
+    path = str(tmp_path / f"{name}.so")
+    ex.export_library(path)
+    return BuildResult({"name": name}, path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cands")
+    return {
+        "ref": _build(tmp, "ref"),
+        "same": _build(tmp, "same"),
+        "wrong": _build(tmp, "wrong", body_factor=3.0),
+        "abort": _build(tmp, "abort", mode="abort"),
+        "hang": _build(tmp, "hang", mode="hang"),
+    }
+
+
+def test_good_wrong_crash_hang_then_good_again(built):
+    runner = LocalRunner(timeout_s=5, number=2, repeat=3, min_repeat_ms=1)
+    failed_build = BuildResult({"name": "nobuild"}, None, "build: invalid")
+    try:
+        order = ["same", "wrong", "abort", "same", "hang", "same"]
+        results = runner.run(built["ref"].artifact, [built[k] for k in order] + [failed_build], "cpu",
+                             [((N,), "float32"), ((N,), "float32")])
+    finally:
+        runner.close()
+    by = results
+    assert by[0].ok and len(by[0].latencies_ms) == 3 and by[0].median_ms > 0
+    assert by[1].error.startswith("wrong result")
+    assert by[2].error.startswith("run: crashed")
+    assert by[3].ok  # the runner restarted after the crash
+    assert by[4].error == "run: timed out after 5s"
+    assert by[5].ok  # and after the hang
+    assert by[6].error == "build: invalid" and not by[6].ok
