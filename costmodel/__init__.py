@@ -1,1 +1,6 @@
-"""The XGBoost cost model that ranks schedule candidates (lands with the tuner, issue #4)."""
+"""The XGBoost cost model that ranks schedule candidates, and the features it reads."""
+
+from .features import FEATURES_VERSION, FeatureExtractor, knob_vector
+from .model import CostModel, ranking_quality, relevance
+
+__all__ = ["FEATURES_VERSION", "FeatureExtractor", "knob_vector", "CostModel", "ranking_quality", "relevance"]

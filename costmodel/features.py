@@ -1,0 +1,79 @@
+"""Features of one candidate: the scheduled program, its knobs, and the hardware it runs on.
+
+Program features are TVM MetaSchedule's PerStoreFeature (164 numbers per buffer store: arithmetic counts,
+loop structure, vectorization, parallelism, memory access patterns, ...) reduced over stores by sum and max, so
+every candidate has one fixed-length row. Knob values and HardwareSpec numbers are appended, so one model can rank
+candidates of different templates and targets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+FEATURES_VERSION = 1
+PER_STORE = 164
+KNOB_SLOTS = 16
+KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
+LENGTH = 2 * PER_STORE + KNOB_SLOTS + len(KINDS) + 6
+
+
+def _knob_number(value) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return math.log2(1.0 + abs(float(value)))
+    return float(hash(str(value)) % 997) / 997.0  # categorical: a stable scalar per choice
+
+
+def knob_vector(knobs: dict) -> np.ndarray:
+    """Knob values in name order, padded/truncated to KNOB_SLOTS."""
+    values = [_knob_number(knobs[name]) for name in sorted(knobs)][:KNOB_SLOTS]
+    return np.pad(np.asarray(values, dtype=np.float32), (0, KNOB_SLOTS - len(values)))
+
+
+def hardware_vector(spec) -> np.ndarray:
+    return np.asarray(
+        [
+            float(spec.is_gpu),
+            math.log2(max(spec.cores, 1)),
+            math.log2(max(spec.simd_width, 1)),
+            math.log2(max(spec.cache_bytes[1], 1)) if spec.cache_bytes else 0.0,
+            math.log10(max(spec.peak(), 1.0)),
+            math.log10(max(spec.mem_bandwidth, 1.0)),
+        ],
+        dtype=np.float32,
+    )
+
+
+class FeatureExtractor:
+    """Holds the MetaSchedule extractor (its first use costs ~10 s; later ones ~1 ms)."""
+
+    def __init__(self, spec, target):
+        from tvm.s_tir import meta_schedule as ms
+
+        self.spec = spec
+        self.target = target
+        self._ms = ms
+        self._extractor = ms.feature_extractor.PerStoreFeature()
+
+    def program_vector(self, scheduled_func) -> np.ndarray:
+        import tvm
+        from tvm import s_tir
+
+        ms = self._ms
+        func = scheduled_func.with_attr("global_symbol", "main")
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        ctx = ms.TuneContext(mod=sch.mod, target=self.target)
+        cand = ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(func))
+        per_store = self._extractor.extract_from(ctx, [cand])[0].numpy()
+        if per_store.size == 0:
+            return np.zeros(2 * PER_STORE, np.float32)
+        return np.concatenate([per_store.sum(axis=0), per_store.max(axis=0)]).astype(np.float32)
+
+    def vector(self, scheduled_func, knobs: dict, kind: str) -> np.ndarray:
+        kind_onehot = np.asarray([float(kind == k) for k in KINDS], dtype=np.float32)
+        return np.concatenate(
+            [self.program_vector(scheduled_func), knob_vector(knobs), kind_onehot, hardware_vector(self.spec)]
+        )
