@@ -20,7 +20,8 @@ import numpy as np
 
 from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError
 
-MIN_OPSET, MAX_OPSET = 7, 21
+# Opset 22 changed no semantics (it widened type constraints, e.g. bfloat16), so it imports like 21.
+MIN_OPSET, MAX_OPSET = 7, 22
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -140,13 +141,16 @@ def _load_external_data(proto, folder, label):
         raise ModelLoadError(f"{label}: cannot load external data: {err}") from None
 
 
-def _model_opset(proto, label) -> int:
+def _model_opset(proto, label) -> int | None:
+    """The default-domain opset; None when the model uses only other domains (then every node is unsupported)."""
     for entry in proto.opset_import:
         if entry.domain in _DEFAULT_DOMAINS:
             return entry.version
     if not proto.opset_import:  # very old models: opset 1
         return 1
-    raise ModelLoadError(f"{label}: the model imports no default (ai.onnx) opset")
+    if not proto.graph.node:
+        raise ModelLoadError(f"{label}: the model imports no default (ai.onnx) opset and has no nodes")
+    return None
 
 
 def _check(proto, label):
@@ -245,7 +249,8 @@ def _all_nodes(graph):
 
 
 def unsupported_nodes(proto, opset):
-    """[(node name, op type, opset)] for every node the importer has no converter for."""
+    """[(node name, op type, opset)] for every node the importer has no converter for (opset None: the
+    model has no default domain, so only other-domain nodes)."""
     supported = set(_convert_map()) | {"Constant", "If"}
     bad = []
     for node in _all_nodes(proto.graph):
@@ -327,12 +332,12 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     proto = proto_copy
     _load_external_data(proto, folder, label)
     opset = _model_opset(proto, label)
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     # Before the checker, which stops at the first op it does not know: the user gets every one at once.
     bad = unsupported_nodes(proto, opset)
     if bad:
         raise UnsupportedOpError(bad)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
     _bind_input_shapes(proto, input_shapes, label)
     try:

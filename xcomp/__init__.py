@@ -23,12 +23,13 @@ from .errors import (  # noqa: E402
     UserError,
     XcompError,
 )
-from .api import compile, load  # noqa: E402,A004
+from .api import compile, load, tune  # noqa: E402,A004
 from .module import Module  # noqa: E402
 
 __all__ = [
     "compile",
     "load",
+    "tune",
     "Module",
     "XcompError",
     "UserError",

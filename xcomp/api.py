@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 
-def compile(model, target: str = "cpu", input_shapes: dict | None = None, progress: bool = False):  # noqa: A001
+def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_db=None,  # noqa: A001
+            progress: bool = False):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
     model:        path to an .onnx file, its bytes, or an onnx.ModelProto.
     target:       "cpu" (this host), "cpu:skylake-avx512", "cuda:sm_90", "rocm:gfx942", ...
     input_shapes: {input name: shape} binding the model's dynamic dims (e.g. {"x": (1, 3, 224, 224)}).
+    tune_db:      a tuning database (from `xcomp tune`): each group uses its fastest measured config.
     progress:     show tqdm progress bars.
     """
     from xcomp.pipeline import compile_model
 
-    return compile_model(model, target=target, input_shapes=input_shapes, progress=progress)
+    return compile_model(model, target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress)
+
+
+def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,
+         input_shapes: dict | None = None, seed: int = 0, progress: bool = False) -> dict:
+    """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
+    (per group: default and best latency, speedup, trials) and the search history."""
+    from xcomp.tune.tuner import tune_model
+
+    return tune_model(model, target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
+                      input_shapes=input_shapes, seed=seed, progress=progress)
 
 
 def load(path):

@@ -20,6 +20,8 @@ examples:
   xcomp run model.xc --input x=x.npy --output out.npz  run on given inputs (random inputs if none)
   xcomp info model.onnx                                ops, operator groups, anything unsupported
   xcomp bench onnx:light_resnet50 --baseline onnxruntime
+  xcomp tune model.onnx --trials 500 --db tune.sqlite  tune, then: xcomp compile model.onnx --db tune.sqlite
+  xcomp db export tune.sqlite records.jsonl            share records with another machine (db import)
 
 models: a path to an .onnx file, or onnx:NAME for a model that ships inside the onnx package
         (onnx:light_resnet50, onnx:light_vgg19, onnx:test_AvgPool2d, ...).
@@ -101,7 +103,8 @@ def cmd_compile(args):
     import xcomp
 
     model = _model_arg(args.model)
-    module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), progress=not args.quiet)
+    module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
+                           progress=not args.quiet)
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -133,7 +136,8 @@ def _open_module(args):
     model = _model_arg(args.model)
     if isinstance(model, str) and model.endswith(".xc"):
         return xcomp.load(model)
-    return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), progress=not args.quiet)
+    return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
+                         progress=not args.quiet)
 
 
 def cmd_run(args):
@@ -194,6 +198,59 @@ def cmd_info(args):
     return None
 
 
+def _parse_duration(text):
+    """'90', '90s', '10m', '1h' -> seconds."""
+    from xcomp.errors import UserError
+
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise UserError(f"--time {text!r}: expected seconds or a duration such as 90s, 10m, 1h") from None
+
+
+def cmd_tune(args):
+    import math
+
+    import xcomp
+
+    result = xcomp.tune(_model_arg(args.model), target=args.target, db=args.db, trials=args.trials,
+                        time_budget_s=_parse_duration(args.time) if args.time else None,
+                        input_shapes=_input_shapes(args), seed=args.seed, progress=not args.quiet)
+    if args.json:
+        return result
+
+    def ms(v):
+        return f"{v:.4f}" if v is not None and math.isfinite(v) else "failed"
+
+    rows = [(g["group"][:40], g["kind"], g["count"], g["trials"], ms(g["default_ms"]), ms(g["best_ms"]),
+             f"{g['speedup']:.2f}x" if g["speedup"] else "-") for g in result["groups"]]
+    print(_table(rows, ["group", "kind", "count", "trials", "default ms", "tuned ms", "speedup"]))
+    print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
+          f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
+          f"use them with: xcomp compile {args.model} --db {result['db']}")
+    return None
+
+
+def cmd_db(args):
+    from xcomp.db import TuningDB
+
+    with TuningDB(args.db) as db:
+        if args.action == "export":
+            n = db.export_jsonl(args.file)
+            result = {"exported": n, "file": args.file}
+        else:
+            new, old = db.import_jsonl(args.file)
+            result = {"imported": new, "already_present": old, "file": args.file}
+        result["total_records"] = db.count()
+    if args.json:
+        return result
+    print(", ".join(f"{k}: {v}" for k, v in result.items()))
+    return None
+
+
 def cmd_bench(args):
     from xcomp.bench import bench_model
 
@@ -245,6 +302,7 @@ def build_parser():
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("-o", "--output", help="output file (default: MODEL.xc in the current folder)")
     p.add_argument("--emit-source", metavar="DIR", help="also write generated code (LLVM IR/asm, CUDA, PTX, AMDGPU)")
+    p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
     common(p)
     p.set_defaults(func=cmd_compile)
 
@@ -254,8 +312,30 @@ def build_parser():
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy|FILE.npz")
     p.add_argument("--output", metavar="FILE.npz", help="save the outputs")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--db", metavar="TUNE.sqlite", help="when compiling an .onnx: use tuned configs")
     common(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("tune", help="tune a model's operator groups, recording every measurement",
+                       description="Search each unique operator group's knob space (cost-model guided), measuring "
+                                   "candidates in isolated processes. Every measured batch is committed to the "
+                                   "database: an interrupted run keeps everything and a rerun resumes.")
+    p.add_argument("model", help="path to .onnx, or onnx:NAME")
+    p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
+    p.add_argument("--trials", type=int, help="total measured candidates (default 64 per unique group)")
+    p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    common(p)
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("db", help="export / import tuning records as JSONL (share between machines)",
+                       description="Move tuning records between machines: export to JSONL, import from JSONL "
+                                   "(records already present are skipped).")
+    p.add_argument("action", choices=["export", "import"])
+    p.add_argument("db", help="tuning database (.sqlite)")
+    p.add_argument("file", help="JSONL file to write (export) or read (import)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("info", help="show ops, operator groups and unsupported nodes of a model",
                        description="Show a model's ops, how it partitions into operator groups, and what is "

@@ -23,7 +23,8 @@ class UnsupportedOpError(UserError):
 
     def __init__(self, nodes):
         self.nodes = list(nodes)
-        lines = [f"{name or '<unnamed>'} ({op}, opset {opset})" for name, op, opset in self.nodes]
+        lines = [f"{name or '<unnamed>'} ({op}" + (f", opset {opset})" if opset else ")") for name, op, opset in
+                 self.nodes]
         super().__init__(
             f"{len(self.nodes)} unsupported node(s): " + "; ".join(lines)
         )

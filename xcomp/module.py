@@ -90,7 +90,8 @@ class Module:
                 raise InputError(
                     f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}"
                 )
-            arrays.append(np.ascontiguousarray(array))
+            # (np.ascontiguousarray would turn a 0-d scalar input into shape [1])
+            arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
         return arrays
 
     def _run_arrays(self, arrays) -> list:

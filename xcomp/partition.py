@@ -117,17 +117,25 @@ def _block_stores(stmt):
     return []
 
 
+def _static(extent):
+    """An int for a static extent, None for a symbolic one (data-dependent shapes)."""
+    return int(extent) if hasattr(extent, "value") or isinstance(extent, int) else None
+
+
+def _volume(extents):
+    dims = [_static(e) for e in extents]
+    return None if None in dims else int(np.prod(dims, dtype=np.int64))
+
+
 def estimate_flops(func) -> int:
-    """Sum over leaf blocks of (iteration-space size x arithmetic ops per iteration)."""
+    """Sum over leaf blocks of (iteration-space size x arithmetic ops per iteration); symbolic extents count 0."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
     total = 0
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
         block = sch.get(block_rv)
-        points = 1
-        for iv in block.iter_vars:
-            points *= int(iv.dom.extent)
+        points = _volume([iv.dom.extent for iv in block.iter_vars]) or 0
         ops = sum(_count_ops(store.value) for store in _block_stores(block.body))
         total += points * ops
     return total
@@ -142,10 +150,20 @@ def _has_root(sch) -> bool:
 
 
 def _buffer_bytes(buf) -> int:
-    n = 1
-    for d in buf.shape:
-        n *= int(d)
+    n = _volume(buf.shape) or 0
     return n * np.dtype(str(buf.dtype)).itemsize if str(buf.dtype) != "bool" else n
+
+
+def func_buffers(func) -> list:
+    """A PrimFunc's buffer params (TVM 0.27 passes buffers directly; scalar shape vars are skipped)."""
+    buffers = []
+    for param in func.params:
+        try:
+            param.shape
+        except AttributeError:
+            continue
+        buffers.append(param)
+    return buffers
 
 
 def _short_dtype(dtype: str) -> str:
@@ -155,8 +173,8 @@ def _short_dtype(dtype: str) -> str:
 
 def _signature(func) -> str:
     parts = []
-    for buf in func.params:  # TVM 0.27: PrimFunc params are the buffers themselves
-        shape = "x".join(str(int(d)) for d in buf.shape) or "scalar"
+    for buf in func_buffers(func):
+        shape = "x".join(str(d) for d in buf.shape) or "scalar"
         parts.append(f"{shape}x{_short_dtype(str(buf.dtype))}")
     return ", ".join(parts[:-1]) + " -> " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")
 
@@ -192,7 +210,7 @@ def partition(imported_mod, spec):
                 key=structural_key(func, kind),
                 count=counts.get(gv.name_hint, 0),
                 flops=estimate_flops(func),
-                bytes=sum(_buffer_bytes(buf) for buf in func.params),
+                bytes=sum(_buffer_bytes(buf) for buf in func_buffers(func)),
                 signature=_signature(func),
                 func=func,
             )

@@ -85,8 +85,9 @@ def build_executable(mod, backend):
         ) from err
 
 
-def compile_model(model, target="cpu", input_shapes=None, best_knobs=None, progress=True):
-    """Model (path, bytes or ModelProto) -> xcomp.Module for `target`."""
+def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True):
+    """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
+    their fastest measured config, the rest their template default."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.module import Module
@@ -104,6 +105,11 @@ def compile_model(model, target="cpu", input_shapes=None, best_knobs=None, progr
     t = time.perf_counter()
     steps.set_postfix_str("partition")
     mod, groups = partition(imported.mod, backend.spec)
+    best_knobs = None
+    if tune_db is not None:
+        from xcomp.tune.tuner import best_knobs_from_db
+
+        best_knobs = best_knobs_from_db(tune_db, groups, backend.target_string, backend.spec.fingerprint())
     timings["partition_s"] = time.perf_counter() - t
     steps.update()
 

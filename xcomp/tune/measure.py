@@ -255,4 +255,6 @@ class LocalRunner(Runner):
 
 def func_params(func) -> list:
     """[(shape, dtype)] of a PrimFunc's buffers, for the runner to make arguments."""
-    return [(tuple(int(d) for d in buf.shape), str(buf.dtype)) for buf in func.params]
+    from xcomp.partition import func_buffers
+
+    return [(tuple(int(d) for d in buf.shape), str(buf.dtype)) for buf in func_buffers(func)]

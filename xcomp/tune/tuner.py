@@ -1,0 +1,230 @@
+"""`xcomp tune`: search every unique operator group's knob space, guided by the cost model.
+
+Time goes where the model spends its time: each round tunes the task with the largest remaining share of model
+latency (best latency x occurrences), as Ansor's task scheduler does, with a round-robin warm-up so every task
+gets measured. Every measured batch is committed to the database before the next one starts; a resumed run
+skips what is already there; Ctrl-C stops after keeping everything measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor
+from xcomp.db import Record, TuningDB, canonical_knobs
+from xcomp.errors import UserError
+from xcomp.tune.measure import LocalBuilder, LocalRunner, func_params
+from xcomp.tune.search import propose
+
+
+@dataclasses.dataclass
+class Task:
+    group: object  # partition.OpGroup (representative)
+    count: int  # occurrences in the model
+    template: object
+    func_json: str
+    default_ms: float = math.inf
+    best_ms: float = math.inf
+    best_knobs: dict | None = None
+    reference: str | None = None  # artifact of the default schedule: the numerics every candidate must match
+    trials: int = 0
+    exhausted: bool = False
+    measured: dict = dataclasses.field(default_factory=dict)  # canonical knobs -> median ms (inf: failed)
+
+    @property
+    def weight(self) -> float:
+        return (self.best_ms if math.isfinite(self.best_ms) else 1e3) * self.count
+
+
+def _tasks(model, backend, input_shapes):
+    import tvm
+
+    from xcomp import schedules
+    from xcomp.frontends import load_onnx
+    from xcomp.partition import partition, unique_groups
+
+    imported = load_onnx(model, input_shapes)
+    _, groups = partition(imported.mod, backend.spec)
+    tasks = []
+    for rep, count in unique_groups(groups).values():
+        template = schedules.get_template(rep.func, backend.spec)
+        tasks.append(Task(rep, count, template, tvm.ir.save_json(rep.func)))
+    return tasks
+
+
+class Tuner:
+    def __init__(self, backend, db: TuningDB, seed: int = 0, batch_size: int = 8, runner=None, builder=None,
+                 progress: bool = True):
+        self.backend = backend
+        self.db = db
+        self.rng = random.Random(seed)
+        self.batch_size = batch_size
+        self.builder = builder or LocalBuilder()
+        self.runner = runner or LocalRunner()
+        self.progress = progress
+        self.cost_model = CostModel(seed=seed)
+        self.features = FeatureExtractor(backend.spec, backend.target())
+        self._train_x, self._train_y, self._train_g = [], [], []
+        self.history = []  # (trial number, task key, median ms) in measurement order
+
+    # -- measurement --------------------------------------------------------------------------------------
+
+    def _vector(self, task, knobs):
+        return self.features.vector(task.template.schedule(knobs), knobs, task.group.kind)
+
+    def _measure(self, task, knob_list):
+        params = func_params(task.group.func)
+        builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
+        results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string, params)
+        fingerprint = self.backend.spec.fingerprint()
+        records = []
+        for result in results:
+            records.append(Record(task.group.key, task.group.kind, self.backend.target_string, fingerprint,
+                                  result.knobs, result.latencies_ms, result.error, FEATURES_VERSION))
+        self.db.add_batch(records)  # committed before anything else happens: a kill loses nothing measured
+        for result in results:
+            ms = result.median_ms
+            task.measured[canonical_knobs(result.knobs)] = ms
+            task.trials += 1
+            self.history.append((len(self.history) + 1, task.group.key, ms))
+            if ms < task.best_ms:
+                task.best_ms, task.best_knobs = ms, result.knobs
+            try:
+                self._train_x.append(self._vector(task, result.knobs))
+                self._train_y.append(ms)
+                self._train_g.append(task.group.key)
+            except Exception:  # a config that cannot even be scheduled teaches nothing about speed
+                pass
+        return results
+
+    def _start(self, task):
+        """Measure the default config (the reference for numerics) and load what the database knows."""
+        fingerprint = self.backend.spec.fingerprint()
+        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+            ms = record.median_ms if record.ok else math.inf
+            task.measured[canonical_knobs(record.knobs)] = ms
+            if ms < task.best_ms:
+                task.best_ms, task.best_knobs = ms, record.knobs
+        default = task.template.default_knobs()
+        builds = self.builder.build(task.func_json, self.backend.target_string, [default])
+        if builds[0].artifact is None:
+            raise UserError(f"group {task.group.name}: its default schedule does not build: {builds[0].error}")
+        task.reference = builds[0].artifact
+        if canonical_knobs(default) in task.measured:
+            task.default_ms = task.measured[canonical_knobs(default)]
+        else:
+            result = self._measure(task, [default])[0]
+            task.default_ms = result.median_ms
+
+    def _retrain(self):
+        if len(self._train_y) >= 16 and len(set(self._train_g)) >= 1:
+            self.cost_model.fit(np.stack(self._train_x), np.asarray(self._train_y), self._train_g)
+
+    def _score(self, task):
+        if not self.cost_model.trained:
+            return None
+
+        def score(configs):
+            rows = []
+            for knobs in configs:
+                try:
+                    rows.append(self._vector(task, knobs))
+                except Exception:
+                    rows.append(None)
+            valid = [r for r in rows if r is not None]
+            preds = iter(self.cost_model.predict(np.stack(valid)) if valid else [])
+            return [next(preds) if r is not None else -np.inf for r in rows]
+
+        return score
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def tune(self, tasks, trials: int | None = None, time_budget_s: float | None = None) -> list:
+        if trials is None and time_budget_s is None:
+            trials = 64 * len(tasks)
+        deadline = time.monotonic() + time_budget_s if time_budget_s else math.inf
+        overall = tqdm(total=trials, desc="tune", unit="trial", disable=not self.progress,
+                       bar_format=None if trials else "{desc}: {n} trials [{elapsed}]")
+        spent = 0
+        try:
+            for task in tqdm(tasks, desc="defaults", unit="group", disable=not self.progress, leave=False):
+                self._start(task)
+            self._retrain()
+            while (trials is None or spent < trials) and time.monotonic() < deadline:
+                open_tasks = [t for t in tasks if not t.exhausted]
+                if not open_tasks:
+                    break
+                untried = [t for t in open_tasks if t.trials < 2 * self.batch_size]
+                task = untried[0] if untried else max(open_tasks, key=lambda t: t.weight)
+                count = self.batch_size if trials is None else min(self.batch_size, trials - spent)
+                batch = propose(task.template, task.measured, count, self.rng, score=self._score(task))
+                if not batch:
+                    task.exhausted = True
+                    continue
+                self._measure(task, batch)
+                spent += len(batch)
+                overall.update(len(batch))
+                overall.set_postfix_str(f"{task.group.kind} best {task.best_ms:.3f}ms")
+                self._retrain()
+        except KeyboardInterrupt:
+            overall.write("interrupted: every measured candidate is in the database")
+        finally:
+            overall.close()
+            self.builder.close()
+            self.runner.close()
+        return tasks
+
+
+def summary(tasks) -> list:
+    rows = []
+    for t in tasks:
+        rows.append({
+            "group": t.group.name, "kind": t.group.kind, "key": t.group.key, "count": t.count,
+            "trials": t.trials, "default_ms": t.default_ms, "best_ms": t.best_ms,
+            "speedup": (t.default_ms / t.best_ms) if math.isfinite(t.best_ms) and t.best_ms > 0 else None,
+            "best_knobs": t.best_knobs,
+        })
+    return rows
+
+
+def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
+               seed=0, progress=True, runner=None) -> dict:
+    from xcomp.backends import get_backend
+
+    backend = get_backend(target)
+    if not backend.can_run() and runner is None:
+        raise UserError(f"cannot measure {backend.target_string} on this machine; use a remote runner")
+    with TuningDB(db_path) as db:
+        tasks = _tasks(model, backend, input_shapes)
+        tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
+        tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
+        rows = summary(tasks)
+    return {
+        "target": backend.target_string,
+        "db": str(db_path),
+        "trials": sum(r["trials"] for r in rows),
+        "groups": rows,
+        "history": tuner.history,
+        "model_default_ms": sum(r["default_ms"] * r["count"] for r in rows if math.isfinite(r["default_ms"])),
+        "model_tuned_ms": sum(r["best_ms"] * r["count"] for r in rows if math.isfinite(r["best_ms"])),
+    }
+
+
+def best_knobs_from_db(db_path, groups, target, fingerprint) -> dict:
+    """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none)."""
+    best = {}
+    with TuningDB(db_path) as db:
+        for g in groups:
+            hit = db.best(g.key, target, fingerprint) or db.best(g.key, target)
+            if hit:
+                best[g.key] = hit[0]
+    return best
+
+
+__all__ = ["Tuner", "tune_model", "best_knobs_from_db", "summary"]
