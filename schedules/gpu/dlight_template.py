@@ -1,0 +1,96 @@
+"""A template over TVM's dlight GPU rules: the first rule that accepts the function schedules it.
+
+Knobs exist only where dlight really lets us vary something:
+- the SIMT matmul rule's tile config (`Matmul.Config`): threads per block, per-thread tile, k step, vector width,
+  unroll; limits come from the spec (warp/wavefront size, max threads, shared memory per block);
+- `tensor_core`, when dlight would tensorize the matmul (fp16 on CUDA sm_70+, all of M, N, K > 64): False sets
+  dlight's `dlight.do_not_tensorize` so the SIMT tiles above are used instead.
+GEMV, reduction and fallback rules have no knobs: they size themselves from the target, which is built from the
+spec. The rules return a new Schedule; `apply` replays its trace onto the schedule it is given.
+"""
+
+from __future__ import annotations
+
+from ..template import Knobs, Template
+
+# dlight's own CUDA/ROCm matmul config, the default
+_DEFAULT_TILES = {"block_x": 8, "block_y": 16, "micro_x": 4, "micro_y": 4, "micro_k": 16, "vector": 2,
+                  "unroll": 256}
+_TILE_SPACE = {"block_x": [8, 16, 32], "block_y": [4, 8, 16, 32], "micro_x": [2, 4, 8], "micro_y": [2, 4, 8],
+               "micro_k": [8, 16], "vector": [1, 2, 4], "unroll": [0, 64, 256]}
+_NO_TENSORIZE = "dlight.do_not_tensorize"
+
+
+def _rules(tiles: Knobs):
+    """dlight's default GPU rules in ApplyDefaultSchedule order, the matmul rule using `tiles`."""
+    from tvm.s_tir import dlight as dl
+
+    class TiledMatmul(dl.gpu.Matmul):
+        def get_configs(self, target):  # noqa: ARG002 - the tiles replace dlight's per-target table
+            return dl.gpu.Matmul.Config(
+                block_size_x=tiles["block_x"], block_size_y=tiles["block_y"], micro_size_x=tiles["micro_x"],
+                micro_size_y=tiles["micro_y"], micro_size_k=tiles["micro_k"], vector_size=tiles["vector"],
+                unroll=tiles["unroll"], use_shared=True, storage_align=True, inner_x=False,
+            )
+
+    return [("matmul", TiledMatmul()), ("gemv", dl.gpu.GEMV()), ("reduction", dl.gpu.Reduction()),
+            ("reduction", dl.gpu.GeneralReduction()), ("injective", dl.gpu.Fallback())]
+
+
+class DlightTemplate(Template):
+    def __init__(self, func, spec):
+        from xcomp.backends.gpu import backend_for_spec
+
+        super().__init__(func, spec)
+        self.target = backend_for_spec(spec).target()
+        self.kind, default = self._run(self.func, _DEFAULT_TILES)
+        self.tensorizable = self.kind == "matmul" and "tensorize" in str(default.trace)
+
+    def _run(self, func, tiles):
+        """(kind of the rule that fired, its Schedule)."""
+        with self.target:
+            for kind, rule in _rules(tiles):
+                scheduled = rule.apply(func, self.target, False)
+                if scheduled is not None:
+                    return kind, scheduled
+        raise ValueError("no dlight rule accepts this function")
+
+    def knob_space(self) -> dict[str, list]:
+        if self.kind != "matmul":
+            return {}
+        space = {"tensor_core": [True, False]} if self.tensorizable else {}
+        return {**space, **_TILE_SPACE}
+
+    def default_knobs(self) -> Knobs:
+        if self.kind != "matmul":
+            return {}
+        return {"tensor_core": True, **_DEFAULT_TILES} if self.tensorizable else dict(_DEFAULT_TILES)
+
+    def valid(self, knobs: Knobs) -> bool:
+        if self.kind != "matmul":
+            return True
+        tiles = {k: knobs[k] for k in _DEFAULT_TILES}
+        if knobs.get("tensor_core"):  # the tensor-core rule has fixed tiles: one config, not many duplicates
+            return tiles == _DEFAULT_TILES
+        threads = tiles["block_x"] * tiles["block_y"]
+        elem = self._widest_element_bytes()
+        shared = (tiles["block_x"] * tiles["micro_x"] + tiles["block_y"] * tiles["micro_y"]) * tiles["micro_k"] * elem
+        return (
+            threads <= self.spec.max_threads_per_block
+            and threads % self.spec.simd_width == 0
+            and shared <= self.spec.shared_mem_per_block
+            and tiles["micro_y"] % tiles["vector"] == 0
+        )
+
+    def _widest_element_bytes(self) -> int:
+        import tvm
+
+        return max((tvm.DataType(str(p.dtype)).bits + 7) // 8 for p in self.func.params if hasattr(p, "shape"))
+
+    def apply(self, sch, knobs: Knobs) -> None:
+        func = self.func
+        if self.tensorizable and not knobs.get("tensor_core", True):
+            func = func.with_attr(_NO_TENSORIZE, True)
+        tiles = {k: knobs.get(k, v) for k, v in _DEFAULT_TILES.items()}
+        _, scheduled = self._run(func, tiles)
+        scheduled.trace.apply_to_schedule(sch, remove_postproc=False)
