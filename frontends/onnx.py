@@ -22,6 +22,11 @@ from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserErr
 
 # Opset 22 changed no semantics (it widened type constraints, e.g. bfloat16), so it imports like 21.
 MIN_OPSET, MAX_OPSET = 7, 22
+# No tensor of a model we can run is bigger than this (256 GiB); a larger one is a corrupt or hostile file.
+MAX_TENSOR_BYTES = 1 << 38
+# Ops whose `pads` must be non-negative (ONNX spec); Pad itself may crop with negative pads.
+_NON_NEGATIVE_PADS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "AveragePool", "MaxPool", "LpPool",
+                      "MaxUnpool", "DeformConv"}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -267,6 +272,36 @@ def op_histogram(proto) -> Counter:
     )
 
 
+def _check_attributes(proto, label):
+    """Attribute values the ONNX spec forbids and the checker lets through."""
+    for node in _all_nodes(proto.graph):
+        if node.op_type in _NON_NEGATIVE_PADS:
+            for attr in node.attribute:
+                if attr.name == "pads" and any(p < 0 for p in attr.ints):
+                    raise ModelLoadError(
+                        f"{label}: node {node.name or '<unnamed>'} ({node.op_type}) has negative pads "
+                        f"{list(attr.ints)}; the ONNX spec requires pads >= 0"
+                    )
+
+
+def _check_tensor_sizes(proto, label):
+    """Refuse absurd static shapes (e.g. 2^40 x 2^20) before anything tries to allocate them."""
+    values = list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info)
+    for value in values:
+        spec = _value_spec(value)
+        dims = [d for d in spec.shape if isinstance(d, int)]
+        if any(d < 0 for d in dims):
+            raise ModelLoadError(f"{label}: tensor {spec.name!r} has a negative dimension {list(spec.shape)}")
+        size = np.dtype(spec.dtype).itemsize
+        for d in dims:
+            size *= d
+        if size > MAX_TENSOR_BYTES:
+            raise ModelLoadError(
+                f"{label}: tensor {spec.name!r} with shape {list(spec.shape)} would take {size / 2**30:.3g} GiB, "
+                f"over the {MAX_TENSOR_BYTES / 2**30:.0f} GiB limit for any one tensor"
+            )
+
+
 def _rewrite_sum_to_add(graph):
     """ONNX Sum becomes a chain of Add: TVM imports Sum as stack+reduce, which fuses and vectorizes badly."""
     onnx = _onnx()
@@ -344,6 +379,8 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
         proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
     except Exception as err:
         raise ModelLoadError(f"{label}: shape inference failed: {str(err).strip().splitlines()[0]}") from None
+    _check_attributes(proto, label)
+    _check_tensor_sizes(proto, label)
     _rewrite_sum_to_add(proto.graph)
 
     inputs = graph_inputs(proto)
