@@ -174,7 +174,7 @@ def test_rocm_asm_and_code_object(arch, model, tmp_path):
     assert kernel.encode() in hsaco
 
 
-def test_rocm_code_object_is_what_the_linker_wrote(tmp_path, monkeypatch):
+def test_rocm_code_object_is_what_the_linker_wrote(tmp_path):
     """The .hsaco cut from the module is byte for byte the linker's output (the ELF-size rule holds)."""
     import tvm_ffi
 
