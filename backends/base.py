@@ -111,6 +111,10 @@ class Backend(abc.ABC):
         """Built code can run on this machine (the device is present and the code is for it)."""
         return self.available()
 
+    def toolchain_problem(self) -> str | None:
+        """Why code for this target cannot be built on this machine (a missing linker, ...), or None."""
+        return None
+
     def can_link_here(self) -> bool:
         """The host side of the built code can be linked into a shared library on this machine."""
         return True
@@ -124,13 +128,11 @@ class Backend(abc.ABC):
         import os
 
         os.makedirs(out_dir, exist_ok=True)
+        root = executable.mod if hasattr(executable, "mod") else executable
         written = []
-        stack, seen = [executable.mod if hasattr(executable, "mod") else executable], set()
-        while stack:
+        stack = list(root.imports)  # the root is the VM executable itself: only its imports hold code
+        while stack:  # imports form a tree
             module = stack.pop()
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
             stack.extend(module.imports)
             if module.kind == "llvm":
                 for fmt, ext in (("ll", "ll"), ("asm", "s")):

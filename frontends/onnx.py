@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import re
 import warnings
 from collections import Counter
 
@@ -329,7 +330,11 @@ def _importer_class():
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
     class NamingImporter(ONNXGraphImporter):
-        """The stock importer, but a converter failure names the node and op."""
+        """The stock importer, but a converter failure names the node and op, and input names become C
+        identifiers (they end up as kernel parameter names: `gpu_0/data_0` breaks CUDA code)."""
+
+        def _sanitize_name(self, name):
+            return super()._sanitize_name(re.sub(r"[^0-9A-Za-z_]", "_", name) if name else name)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             try:

@@ -258,13 +258,7 @@ def test_runs_on_visible_cuda_gpu(model):
 # -- the whole pipeline ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", [
-    pytest.param("cuda:sm_90", marks=pytest.mark.xfail(
-        strict=True, reason="the model's input is named 'gpu_0/data_0' and TVM's CUDA codegen prints buffer "
-        "names verbatim as C parameter names ('float* gpu_0/data_0_ptr'), so nvcc rejects the source; the "
-        "frontend must turn input names into identifiers (with the rename, the model compiles to PTX)")),
-    "rocm:gfx942",
-])
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
 def test_light_resnet50_cross_compiles(target, tmp_path):
     import xcomp
 

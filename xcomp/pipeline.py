@@ -7,7 +7,7 @@ import time
 
 from tqdm.auto import tqdm
 
-from xcomp.errors import InternalError, XcompError
+from xcomp.errors import InternalError, TargetError, XcompError
 
 
 @dataclasses.dataclass
@@ -73,6 +73,9 @@ def build_executable(mod, backend):
     """tvm.compile the scheduled module for the backend's target."""
     import tvm
 
+    problem = backend.toolchain_problem()
+    if problem:
+        raise TargetError(f"cannot build for {backend.target_string} here: {problem}")
     target = backend.target()
     try:
         with target:

@@ -1,0 +1,65 @@
+"""Per-group timing: each unique operator group built on its own with the config the module uses, timed on
+random data, and set against the hardware's roofline."""
+
+from __future__ import annotations
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from xcomp.errors import UserError
+
+
+def _time_func(func, backend, repeat: int, min_repeat_ms: int):
+    import tvm
+
+    from xcomp.tune.measure import _random_args, func_params
+
+    target = backend.target()
+    with target:
+        executable = tvm.compile(func.with_attr("global_symbol", "main"), target=target)
+    dev = backend.device()
+    args = [tvm.runtime.tensor(a, dev) for a in _random_args(func_params(func), 0)]
+    timer = executable.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return [t * 1e3 for t in timer(*args).results]
+
+
+def roofline_ms(flops: float, nbytes: float, spec) -> float:
+    """The fastest a group could run on `spec`: limited by compute or by memory traffic."""
+    compute = flops / spec.peak() * 1e3 if spec.peak() else 0.0
+    memory = nbytes / spec.mem_bandwidth * 1e3 if spec.mem_bandwidth else 0.0
+    return max(compute, memory)
+
+
+def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: bool = True) -> list:
+    """[{group, kind, key, count, flops, bytes, median_ms, total_ms, share, gflops, gbps, roofline_ms,
+    pct_of_roofline, schedule}] for every unique group, slowest total first."""
+    from xcomp.partition import unique_groups
+    from xcomp.pipeline import _schedule_group
+
+    backend = module._backend
+    if not backend.can_run():
+        raise UserError(f"cannot time {module.target} groups on this machine")
+    if any(g.func is None for g in module.groups):
+        raise UserError("this module was loaded from a file; per-group timing needs the model (compile it)")
+    schedules = module.info.get("schedules", {})
+    rows = []
+    merged = unique_groups(module.groups)
+    for key, (rep, count) in tqdm(merged.items(), desc="profile", unit="group", disable=not progress, leave=False):
+        knobs = (schedules.get(key) or {}).get("knobs")
+        func, choice = _schedule_group(rep, backend.spec, knobs)
+        times = _time_func(func, backend, repeat, min_repeat_ms)
+        median = float(np.median(times))
+        bound = roofline_ms(rep.flops, rep.bytes, backend.spec)
+        rows.append({
+            "group": rep.name, "kind": rep.kind, "key": key, "count": count, "flops": rep.flops,
+            "bytes": rep.bytes, "signature": rep.signature, "median_ms": median, "total_ms": median * count,
+            "gflops": rep.flops / median / 1e6 if median > 0 else 0.0,
+            "gbps": rep.bytes / median / 1e6 if median > 0 else 0.0,
+            "roofline_ms": bound, "pct_of_roofline": 100.0 * bound / median if median > 0 else 0.0,
+            "schedule": choice.source,
+        })
+    total = sum(r["total_ms"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["total_ms"] / total
+    rows.sort(key=lambda r: -r["total_ms"])
+    return rows
