@@ -19,10 +19,11 @@ from collections import Counter
 
 import numpy as np
 
-from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError
+from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError, describe
 
-# Opset 22 changed no semantics (it widened type constraints, e.g. bfloat16), so it imports like 21.
-MIN_OPSET, MAX_OPSET = 7, 22
+# Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
+# pytorch-* test sets are opset 6), and opset 22 changed no semantics (it widened type constraints).
+MIN_OPSET, MAX_OPSET = 1, 22
 # No tensor of a model we can run is bigger than this (256 GiB); a larger one is a corrupt or hostile file.
 MAX_TENSOR_BYTES = 1 << 38
 # Ops whose `pads` must be non-negative (ONNX spec); Pad itself may crop with negative pads.
@@ -164,7 +165,7 @@ def _check(proto, label):
     try:
         onnx.checker.check_model(proto)
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = describe(err, first=True)
         raise ModelLoadError(f"{label}: invalid ONNX model: {first}") from None
 
 
@@ -343,7 +344,7 @@ def _importer_class():
                 raise
             except Exception as err:
                 node = attrs.get("tvm_custom", {}).get("name", "")
-                reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+                reason = describe(err)
                 error = UnsupportedOpError([(node, op_name, opset)])
                 error.args = (f"cannot import node {node or '<unnamed>'} ({op_name}, opset {opset}): {reason}",)
                 raise error from None
@@ -383,7 +384,7 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     try:
         proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
     except Exception as err:
-        raise ModelLoadError(f"{label}: shape inference failed: {str(err).strip().splitlines()[0]}") from None
+        raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
     _check_attributes(proto, label)
     _check_tensor_sizes(proto, label)
     _rewrite_sum_to_add(proto.graph)
@@ -400,7 +401,7 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
         except (UserError, MemoryError):
             raise
         except Exception as err:
-            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            reason = describe(err)
             raise ModelLoadError(f"{label}: cannot import the model: {reason}") from None
     return ImportedModel(
         mod=mod,

@@ -251,6 +251,27 @@ def cmd_db(args):
     return None
 
 
+def cmd_conformance(args):
+    from xcomp import conformance
+
+    sets = args.set or ["node", "light", "pytorch-converted", "pytorch-operator", "simple"]
+    cases = conformance.collect(sets, sample=args.sample, ops=set(args.op) if args.op else None)
+    results = conformance.run(cases, jobs=args.jobs, timeout_s=args.timeout, progress=not args.quiet)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(conformance.markdown(results))
+    doc = {"summary": conformance.summary(results), "by_op": conformance.by_op(results), "cases": results}
+    if args.json:
+        return doc
+    s = doc["summary"]
+    print(f"{s['cases']} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(s["verdicts"].items())))
+    print(f"onnxruntime passes {s['onnxruntime_pass']}; xcomp passes {s['xcomp_pass_where_onnxruntime_passes']} "
+          "of those")
+    if args.markdown:
+        print(f"table by op type written to {args.markdown}")
+    return None
+
+
 def cmd_bench(args):
     from xcomp.bench import bench_model
 
@@ -343,6 +364,21 @@ def build_parser():
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     common(p)
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("conformance", help="run ONNX backend tests through xcomp and onnxruntime",
+                       description="Run ONNX backend test cases (node tests, shipped models) through xcomp and "
+                                   "onnxruntime, each case in its own process with a timeout; report pass / "
+                                   "unsupported / wrong / error / crash / timeout by op type.")
+    p.add_argument("--set", action="append", choices=["node", "light", "pytorch-converted", "pytorch-operator",
+                                                      "simple"], help="test sets (default: all; repeatable)")
+    p.add_argument("--sample", action="store_true", help="node tests: one case per op type (opsets 7..22)")
+    p.add_argument("--op", action="append", help="only cases whose first node is this op type (repeatable)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases run at once (default: cores)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
+    p.add_argument("--markdown", metavar="FILE.md", help="write the table by op type and every failing case")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_conformance)
 
     p = sub.add_parser("bench", help="time a model against baselines (onnxruntime)",
                        description="Compile a model, then time it and each baseline alternately on the same "

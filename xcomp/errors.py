@@ -46,3 +46,12 @@ class InternalError(XcompError):
     """A bug in xcomp (or TVM): the message names the stage and the operator group."""
 
     exit_code = 2
+
+
+def describe(err: BaseException, first: bool = False) -> str:
+    """One line for an exception from below us (TVM, onnx, protobuf): its last (or first) non-empty line,
+    else its type name. TVM puts the reason last, after a stack; the ONNX checker puts it first."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return lines[0] if first else lines[-1]

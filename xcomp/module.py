@@ -11,7 +11,7 @@ import zipfile
 
 import numpy as np
 
-from xcomp.errors import ArtifactError, InputError, UserError
+from xcomp.errors import ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
 
 ARTIFACT_FORMAT = 1
@@ -250,7 +250,7 @@ def load(path) -> Module:
                 with silence_native_stderr():
                     lib = tvm.runtime.load_module(lib_path)
             except Exception as err:
-                raise ArtifactError(f"{path}: cannot load the compiled library: {str(err).splitlines()[-1]}") from None
+                raise ArtifactError(f"{path}: cannot load the compiled library: {describe(err)}") from None
         finally:
             shutil.rmtree(workdir, ignore_errors=True)  # the library is mapped; the file is no longer needed
     groups = [OpGroup(func=None, **g) for g in meta.get("groups", [])]

@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 
-from xcomp.errors import InternalError
+from xcomp.errors import InternalError, describe
 
 
 @dataclasses.dataclass
@@ -196,7 +196,7 @@ def partition(imported_mod, spec):
     try:
         mod = graph_passes(spec)(imported_mod)
     except Exception as err:
-        raise InternalError(f"graph partitioning failed: {str(err).strip().splitlines()[-1]}") from err
+        raise InternalError(f"graph partitioning failed: {describe(err)}") from err
     counts = _call_counts(mod)
     groups = []
     for gv, func in mod.functions.items():

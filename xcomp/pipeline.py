@@ -7,7 +7,7 @@ import time
 
 from tqdm.auto import tqdm
 
-from xcomp.errors import InternalError, TargetError, XcompError
+from xcomp.errors import InternalError, TargetError, XcompError, describe
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ def _schedule_group(group, spec, knobs):
         except XcompError:
             raise
         except Exception as err:  # a template that cannot handle this func: try the next, safer option
-            reasons.append(f"{source} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}")
+            reasons.append(f"{source} failed: {describe(err)}")
     if spec.is_gpu:  # GPU code must be thread-bound: an unscheduled func cannot build
         raise InternalError(f"no schedule for group {group.name} ({group.kind}): {'; '.join(reasons)}")
     return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")
@@ -84,7 +84,7 @@ def build_executable(mod, backend):
         raise
     except Exception as err:
         raise InternalError(
-            f"building for {backend.target_string} failed: {str(err).strip().splitlines()[-1]}"
+            f"building for {backend.target_string} failed: {describe(err)}"
         ) from err
 
 

@@ -18,6 +18,8 @@ import traceback
 
 import numpy as np
 
+from xcomp.errors import describe
+
 # -- results ----------------------------------------------------------------------------------------------------
 
 
@@ -46,8 +48,7 @@ class MeasureResult:
 
 
 def _last_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}"
+    return f"{type(err).__name__}: {describe(err)}"
 
 
 # -- building -----------------------------------------------------------------------------------------------------
