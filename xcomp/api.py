@@ -22,7 +22,7 @@ def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None
          input_shapes: dict | None = None, seed: int = 0, progress: bool = False) -> dict:
     """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
     (per group: default and best latency, speedup, trials) and the search history."""
-    from xcomp.tune.tuner import tune_model
+    from xcomp.autotune.tuner import tune_model
 
     return tune_model(model, target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
                       input_shapes=input_shapes, seed=seed, progress=progress)

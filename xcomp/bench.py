@@ -40,7 +40,7 @@ def _serialized(model):
 def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=None, warmup=3, repeat=30,
                 seed=0, progress=True) -> dict:
     """Compile, then time xcomp and each baseline alternately on the same random inputs."""
-    from tqdm.auto import tqdm
+    from xcomp.progress import bar
 
     import xcomp
 
@@ -67,7 +67,7 @@ def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=No
         for run in runners.values():
             run()
     samples = {name: [] for name in runners}
-    for _ in tqdm(range(repeat), desc="bench", unit="round", disable=not progress, leave=False):
+    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
         for name, run in runners.items():  # interleaved: machine noise hits every runner alike
             t = time.perf_counter()
             run()

@@ -17,7 +17,7 @@ import os
 import time
 
 import numpy as np
-from tqdm.auto import tqdm
+from xcomp.progress import bar
 
 from xcomp.errors import describe
 
@@ -197,7 +197,7 @@ def run(cases, jobs: int = 1, timeout_s: float = 120.0, progress: bool = True) -
     results = [None] * len(cases)
     pending = list(enumerate(cases))
     running = {}  # index -> (process, queue, start)
-    bar = tqdm(total=len(cases), desc="conformance", unit="case", disable=not progress)
+    progress_bar = bar(total=len(cases), desc="conformance", unit="case", enabled=progress)
     while pending or running:
         while pending and len(running) < jobs:
             index, case = pending.pop(0)
@@ -224,8 +224,8 @@ def run(cases, jobs: int = 1, timeout_s: float = 120.0, progress: bool = True) -
             case = cases[index]
             results[index] = {"set": case.set, "name": case.name, "op": case.op, "opset": case.opset,
                               "seconds": time.monotonic() - start, **verdict}
-            bar.update()
-    bar.close()
+            progress_bar.update()
+    progress_bar.close()
     return results
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from tqdm.auto import tqdm
+from xcomp.progress import bar
 
 from xcomp.errors import InternalError, TargetError, XcompError, describe
 
@@ -56,9 +56,9 @@ def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
     choices = {}
     scheduled = {}
     merged = unique_groups(groups)
-    bar = tqdm(merged.items(), desc="schedule", unit="group", disable=not progress, leave=False)
-    for key, (rep, _count) in bar:
-        bar.set_postfix_str(rep.kind)
+    groups_bar = bar(merged.items(), desc="schedule", unit="group", enabled=progress, leave=False)
+    for key, (rep, _count) in groups_bar:
+        groups_bar.set_postfix_str(rep.kind)
         func, choice = _schedule_group(rep, spec, best_knobs.get(key))
         scheduled[key] = func
         choices[key] = choice
@@ -97,37 +97,36 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
     from xcomp.partition import partition
 
     timings = {}
-    steps = tqdm(total=4, desc="compile", unit="step", disable=not progress, leave=False)
-    t0 = time.perf_counter()
-    backend = get_backend(target)
-    steps.set_postfix_str("import")
-    imported = load_onnx(model, input_shapes)
-    timings["import_s"] = time.perf_counter() - t0
-    steps.update()
+    with bar(total=4, desc="compile", unit="step", enabled=progress, leave=False) as steps:
+        t0 = time.perf_counter()
+        backend = get_backend(target)
+        steps.set_postfix_str("import")
+        imported = load_onnx(model, input_shapes)
+        timings["import_s"] = time.perf_counter() - t0
+        steps.update()
 
-    t = time.perf_counter()
-    steps.set_postfix_str("partition")
-    mod, groups = partition(imported.mod, backend.spec)
-    best_knobs = None
-    if tune_db is not None:
-        from xcomp.tune.tuner import best_knobs_from_db
+        t = time.perf_counter()
+        steps.set_postfix_str("partition")
+        mod, groups = partition(imported.mod, backend.spec)
+        best_knobs = None
+        if tune_db is not None:
+            from xcomp.autotune.tuner import best_knobs_from_db
 
-        best_knobs = best_knobs_from_db(tune_db, groups, backend.target_string, backend.spec.fingerprint())
-    timings["partition_s"] = time.perf_counter() - t
-    steps.update()
+            best_knobs = best_knobs_from_db(tune_db, groups, backend.target_string, backend.spec.fingerprint())
+        timings["partition_s"] = time.perf_counter() - t
+        steps.update()
 
-    t = time.perf_counter()
-    steps.set_postfix_str("schedule")
-    mod, choices = schedule_module(mod, groups, backend.spec, best_knobs, progress=progress)
-    timings["schedule_s"] = time.perf_counter() - t
-    steps.update()
+        t = time.perf_counter()
+        steps.set_postfix_str("schedule")
+        mod, choices = schedule_module(mod, groups, backend.spec, best_knobs, progress=progress)
+        timings["schedule_s"] = time.perf_counter() - t
+        steps.update()
 
-    t = time.perf_counter()
-    steps.set_postfix_str("build")
-    executable = build_executable(mod, backend)
-    timings["build_s"] = time.perf_counter() - t
-    steps.update()
-    steps.close()
+        t = time.perf_counter()
+        steps.set_postfix_str("build")
+        executable = build_executable(mod, backend)
+        timings["build_s"] = time.perf_counter() - t
+        steps.update()
     timings["total_s"] = time.perf_counter() - t0
     return Module(
         executable,

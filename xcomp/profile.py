@@ -4,7 +4,7 @@ random data, and set against the hardware's roofline."""
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
+from xcomp.progress import bar
 
 from xcomp.errors import UserError
 
@@ -12,7 +12,7 @@ from xcomp.errors import UserError
 def _time_func(func, backend, repeat: int, min_repeat_ms: int):
     import tvm
 
-    from xcomp.tune.measure import _random_args, func_params
+    from xcomp.autotune.measure import _random_args, func_params
 
     target = backend.target()
     with target:
@@ -44,7 +44,7 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     schedules = module.info.get("schedules", {})
     rows = []
     merged = unique_groups(module.groups)
-    for key, (rep, count) in tqdm(merged.items(), desc="profile", unit="group", disable=not progress, leave=False):
+    for key, (rep, count) in bar(merged.items(), desc="profile", unit="group", enabled=progress, leave=False):
         knobs = (schedules.get(key) or {}).get("knobs")
         func, choice = _schedule_group(rep, backend.spec, knobs)
         times = _time_func(func, backend, repeat, min_repeat_ms)

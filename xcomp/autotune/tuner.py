@@ -14,13 +14,13 @@ import random
 import time
 
 import numpy as np
-from tqdm.auto import tqdm
+from xcomp.progress import bar
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor
 from xcomp.db import Record, TuningDB, canonical_knobs
 from xcomp.errors import UserError
-from xcomp.tune.measure import LocalBuilder, LocalRunner, func_params
-from xcomp.tune.search import propose
+from xcomp.autotune.measure import LocalBuilder, LocalRunner, func_params
+from xcomp.autotune.search import propose
 
 
 @dataclasses.dataclass
@@ -149,11 +149,11 @@ class Tuner:
         if trials is None and time_budget_s is None:
             trials = 64 * len(tasks)
         deadline = time.monotonic() + time_budget_s if time_budget_s else math.inf
-        overall = tqdm(total=trials, desc="tune", unit="trial", disable=not self.progress,
+        overall = bar(total=trials, desc="tune", unit="trial", enabled=self.progress,
                        bar_format=None if trials else "{desc}: {n} trials [{elapsed}]")
         spent = 0
         try:
-            for task in tqdm(tasks, desc="defaults", unit="group", disable=not self.progress, leave=False):
+            for task in bar(tasks, desc="defaults", unit="group", enabled=self.progress, leave=False):
                 self._start(task)
             self._retrain()
             while (trials is None or spent < trials) and time.monotonic() < deadline:
