@@ -258,7 +258,9 @@ def _all_nodes(graph):
 def unsupported_nodes(proto, opset):
     """[(node name, op type, opset)] for every node the importer has no converter for (opset None: the
     model has no default domain, so only other-domain nodes)."""
-    supported = set(_convert_map()) | {"Constant", "If"}
+    from xcomp.frontends.converters import CONVERTERS
+
+    supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If"}
     bad = []
     for node in _all_nodes(proto.graph):
         if node.domain not in _DEFAULT_DOMAINS:
@@ -330,16 +332,27 @@ def _rewrite_sum_to_add(graph):
 def _importer_class():
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
+    from xcomp.frontends.converters import CONVERTERS
+
     class NamingImporter(ONNXGraphImporter):
-        """The stock importer, but a converter failure names the node and op, and input names become C
-        identifiers (they end up as kernel parameter names: `gpu_0/data_0` breaks CUDA code)."""
+        """The stock importer, but our converters (frontends/converters.py) come first, a converter failure
+        names the node and op, and input names become C identifiers (they end up as kernel parameter names:
+        `gpu_0/data_0` breaks CUDA code)."""
 
         def _sanitize_name(self, name):
             return super()._sanitize_name(re.sub(r"[^0-9A-Za-z_]", "_", name) if name else name)
 
+        def _check_for_unsupported_ops(self, graph):
+            """Done already: load_onnx's unsupported_nodes() counts CONVERTERS too, over every subgraph."""
+
         def _convert_operator(self, op_name, inputs, attrs, opset):
             try:
-                return super()._convert_operator(op_name, inputs, attrs, opset)
+                stock = super()._convert_operator
+                if op_name in CONVERTERS:
+                    return self.bb.normalize(CONVERTERS[op_name](
+                        self.bb, inputs, attrs, opset,
+                        lambda new_inputs=None: stock(op_name, type(inputs)(new_inputs or inputs), attrs, opset)))
+                return stock(op_name, inputs, attrs, opset)
             except UnsupportedOpError:
                 raise
             except Exception as err:

@@ -17,8 +17,8 @@ _OPSET_RANGE = (7, 22)
 # converter in TVM's importer, or a subgraph op such as Loop inside the case).
 UNSUPPORTED_OPS = {
     "AffineGrid", "Bernoulli", "BlackmanWindow", "CenterCropPad", "Col2Im", "Constant", "ConvInteger", "CumSum",
-    "DFT", "DeformConv", "Det", "EyeLike", "GRU", "HammingWindow", "HannWindow", "ImageDecoder", "LSTM", "Loop",
-    "LpNormalization", "MaxUnpool", "MelWeightMatrix", "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul", "RNN",
+    "DFT", "DeformConv", "Det", "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop",
+    "LpNormalization", "MaxUnpool", "MelWeightMatrix", "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul",
     "RandomUniformLike", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum",
     "ReduceSumSquare", "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength",
     "SequenceMap", "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit",
