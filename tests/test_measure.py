@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xcomp.tune.measure import BuildResult, LocalRunner
+from xcomp.autotune.measure import BuildResult, LocalRunner
 
 N = 1024
 
