@@ -28,10 +28,18 @@ from conftest import ATOL, RTOL, make_model, ort_run
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 MODELS = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
-FAMILIES = {"encoder", "decoder", "sdpa_decoder", "torch_transformer", "mobilenet", "unet", "lstm", "gru"}
+FAMILIES = {"encoder", "decoder", "sdpa_decoder", "hf_decoder", "torch_transformer", "mobilenet", "unet", "lstm",
+            "gru"}
 
-# Models that cannot pass yet, with the reason (strict: a fix shows up as XPASS and must be removed here).
-KNOWN_FAILURES: dict[str, str] = {}
+# Models that cannot pass yet, with the reason and the error they end in (strict: a fix shows up as XPASS and
+# must be removed here).
+_SORT_SCAN = ("CumSum (position ids from the padding mask) and TopK import as relax.cumsum / relax.topk, which "
+              "TVM lowers only through relax.backend.DispatchSortScan; xcomp.partition.graph_passes does not run it "
+              "before LegalizeOps, so the build fails (InternalError). Fix belongs in xcomp/partition.py")
+KNOWN_FAILURES: dict[str, tuple] = {
+    "hf_decoder_op14": (_SORT_SCAN, xcomp.InternalError),
+    "hf_decoder_op18": (_SORT_SCAN, xcomp.InternalError),
+}
 
 
 def _load(name):
@@ -59,8 +67,14 @@ def test_corpus_covers_the_families_and_opsets():
 
 
 def _params():
-    return [pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[n])]
-                         if n in KNOWN_FAILURES else []) for n in MODELS]
+    params = []
+    for n in MODELS:
+        marks = []
+        if n in KNOWN_FAILURES:
+            reason, raises = KNOWN_FAILURES[n]
+            marks.append(pytest.mark.xfail(strict=True, reason=reason, raises=raises))
+        params.append(pytest.param(n, marks=marks))
+    return params
 
 
 @pytest.mark.parametrize("name", _params())

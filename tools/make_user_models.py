@@ -255,6 +255,31 @@ def build_models():
             u = self.u1(torch.cat([u, F.interpolate(a, size=a.shape[-2:], mode="nearest")], 1))
             return self.out(u)
 
+    class HFStyleDecoder(nn.Module):
+        """What Hugging Face decoders do around attention: position ids from the padding mask by cumsum, a
+        causal-and-padding additive mask for SDPA, then greedy next-token choice (argmax) and top-k logits."""
+
+        def __init__(self, vocab=96, d=32, heads=4, max_len=32):
+            super().__init__()
+            self.h = heads
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
+            self.ln, self.ln_f = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, input_ids, attention_mask):
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            x = self.tok(input_ids) + self.pos(positions)
+            b, s, d = x.shape
+            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            allowed = causal[None, None] & (attention_mask[:, None, None, :] > 0)
+            bias = torch.zeros(allowed.shape, dtype=x.dtype).masked_fill(~allowed, -1e4)
+            q, k, v = self.qkv(self.ln(x)).reshape(b, s, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            x = x + self.out(ctx.transpose(1, 2).reshape(b, s, d))
+            logits = self.head(self.ln_f(x))[:, -1]
+            return logits.argmax(-1), torch.topk(logits, 5, dim=-1).values
+
     def ids(vocab, b, s, seed):
         return torch.randint(0, vocab, (b, s), generator=torch.Generator().manual_seed(seed))
 
@@ -271,7 +296,14 @@ def build_models():
         mask[0, 5:] = True  # padded positions of the first sequence
         return (randn(2, 8, 16, seed=5), mask)
 
+    def hf_inputs():
+        mask = torch.ones(2, 7, dtype=torch.int64)
+        mask[0, :3] = 0  # left padding, as for batched generation
+        return (ids(96, 2, 7, 8), mask)
+
     return {
+        "hf_decoder": (HFStyleDecoder, hf_inputs, ["input_ids", "attention_mask"], ["next_token", "top_logits"],
+                       {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}),
         "torch_transformer": (TorchTransformer, transformer_inputs, ["x", "padding_mask"], ["logits"],
                               {"x": {0: "batch", 1: "seq"}, "padding_mask": {0: "batch", 1: "seq"}}),
         "unet": (TinyUNet, lambda: (randn(1, 3, 16, 16, seed=6),), ["image"], ["mask"], {"image": {0: "batch"}}),
@@ -300,6 +332,7 @@ EXPORTS = [
     ("gru", 13), ("gru", 17), ("gru", 18),
     ("torch_transformer", 14), ("torch_transformer", 17), ("torch_transformer", 18),
     ("unet", 13), ("unet", 18),
+    ("hf_decoder", 14), ("hf_decoder", 18),
 ]
 
 
