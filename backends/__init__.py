@@ -36,4 +36,16 @@ def get_backend(target: str) -> Backend:
     )
 
 
-__all__ = ["Backend", "HardwareSpec", "MatrixCoreShape", "get_backend", "KNOWN_KINDS"]
+def backend_for_spec(spec: HardwareSpec) -> Backend:
+    """A backend for a spec alone (e.g. to get its TVM target while partitioning or predicting)."""
+    if spec.is_gpu:
+        from .gpu import backend_for_spec as gpu_backend_for_spec
+
+        return gpu_backend_for_spec(spec)
+    from .cpu import CPUBackend
+    from .cpu.detect import host_cpu
+
+    return CPUBackend(spec, is_host=spec == host_cpu())
+
+
+__all__ = ["Backend", "HardwareSpec", "MatrixCoreShape", "get_backend", "backend_for_spec", "KNOWN_KINDS"]

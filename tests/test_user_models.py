@@ -33,13 +33,7 @@ FAMILIES = {"encoder", "decoder", "sdpa_decoder", "hf_decoder", "torch_transform
 
 # Models that cannot pass yet, with the reason and the error they end in (strict: a fix shows up as XPASS and
 # must be removed here).
-_SORT_SCAN = ("CumSum (position ids from the padding mask) and TopK import as relax.cumsum / relax.topk, which "
-              "TVM lowers only through relax.backend.DispatchSortScan; xcomp.partition.graph_passes does not run it "
-              "before LegalizeOps, so the build fails (InternalError). Fix belongs in xcomp/partition.py")
-KNOWN_FAILURES: dict[str, tuple] = {
-    "hf_decoder_op14": (_SORT_SCAN, xcomp.InternalError),
-    "hf_decoder_op18": (_SORT_SCAN, xcomp.InternalError),
-}
+KNOWN_FAILURES: dict[str, tuple] = {}
 
 
 def _load(name):

@@ -42,7 +42,8 @@ class OpGroup:
 
 
 def graph_passes(spec):
-    """The Relax pass sequence that turns an imported model into fused operator groups for `spec`."""
+    """The Relax pass sequence that turns an imported model into fused operator groups for `spec`
+    (run it inside the target's context: some passes dispatch on the target)."""
     import tvm
     from tvm import relax
 
@@ -50,6 +51,8 @@ def graph_passes(spec):
 
     return tvm.ir.transform.Sequential(
         [
+            # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
+            relax.backend.DispatchSortScan(),
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
@@ -192,9 +195,11 @@ def partition(imported_mod, spec):
     from tvm import tirx
 
     from xcomp import schedules
+    from xcomp.backends import backend_for_spec
 
     try:
-        mod = graph_passes(spec)(imported_mod)
+        with backend_for_spec(spec).target():
+            mod = graph_passes(spec)(imported_mod)
     except Exception as err:
         raise InternalError(f"graph partitioning failed: {describe(err)}") from err
     counts = _call_counts(mod)
