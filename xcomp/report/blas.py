@@ -1,0 +1,126 @@
+"""Vendor BLAS as a baseline for GEMM groups: numpy.matmul (OpenBLAS here) on the same problem size.
+
+A matmul group's shape is read from its reduction block: spatial iterators (batch..., M, N) and reduction
+iterators (K). The weight layout xcomp chose (packed or not) does not matter: BLAS gets plain row-major
+A[batch, M, K] @ B[batch, K, N] with the same FLOPs (batch folded into M when it is 1).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def gemm_shape(func) -> dict | None:
+    """{batch, m, n, k, dtype} of a matmul-kind group's PrimFunc; None when it has no static reduction block."""
+    from tvm import s_tir, tirx
+
+    from xcomp.partition import _has_root, func_buffers
+
+    sch = s_tir.Schedule(func)
+    if not _has_root(sch):
+        return None
+    best = None
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        try:
+            spatial = [int(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+            reduce = [int(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+        except TypeError:  # a symbolic extent
+            continue
+        if not reduce or not spatial:
+            continue
+        volume = int(np.prod(spatial + reduce, dtype=np.int64))
+        if best is None or volume > best[0]:
+            best = (volume, spatial, reduce)
+    if best is None:
+        return None
+    _, spatial, reduce = best
+    n = spatial[-1]
+    m = spatial[-2] if len(spatial) > 1 else 1
+    batch = int(np.prod(spatial[:-2], dtype=np.int64)) if len(spatial) > 2 else 1
+    buffers = func_buffers(func)
+    dtype = str(buffers[0].dtype) if buffers else "float32"
+    return {"batch": batch, "m": m, "n": n, "k": int(np.prod(reduce, dtype=np.int64)), "dtype": dtype}
+
+
+def _operands(shape: dict, seed: int):
+    rng = np.random.default_rng(seed)
+    dtype = shape["dtype"] if shape["dtype"] in ("float32", "float64", "float16") else "float32"
+    b, m, n, k = shape["batch"], shape["m"], shape["n"], shape["k"]
+    a_shape, b_shape = ((m, k), (k, n)) if b == 1 else ((b, m, k), (b, k, n))
+    return rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype), dtype
+
+
+def _time(fn, repeat: int, min_ms: float) -> tuple:
+    """(median ms, calls per sample): `fn` repeated until `min_ms` per sample has passed, `repeat` samples --
+    the same way the per-group profile times xcomp's groups."""
+    fn()
+    t = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t, 1e-7)
+    number = max(1, int(min_ms / 1e3 / once))
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t) / number * 1e3)
+    return float(np.median(samples)), number
+
+
+def problem_text(shape: dict) -> str:
+    b = f"{shape['batch']}x" if shape["batch"] > 1 else ""
+    return f"{b}{shape['m']}x{shape['k']} @ {b}{shape['k']}x{shape['n']}"
+
+
+def time_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: int = 0) -> dict:
+    """numpy.matmul (the BLAS numpy links) on random operands of `shape`."""
+    a, w, dtype = _operands(shape, seed)
+    out = np.empty(a.shape[:-1] + (w.shape[-1],), dtype)
+    median, number = _time(lambda: np.matmul(a, w, out=out), repeat, min_ms)
+    flops = 2.0 * shape["batch"] * shape["m"] * shape["n"] * shape["k"]
+    return {"median_ms": median, "runs": repeat, "number": number, "dtype": dtype,
+            "gflops": flops / median / 1e6 if median > 0 else 0.0, "problem": problem_text(shape)}
+
+
+def time_torch_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: int = 0):
+    """torch.matmul on the CPU (its own BLAS / oneDNN), or None when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    a, w, _dtype = _operands(shape, seed)
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    out = torch.empty(ta.shape[:-1] + (tw.shape[-1],), dtype=ta.dtype)
+    with torch.inference_mode():
+        median, _number = _time(lambda: torch.matmul(ta, tw, out=out), repeat, min_ms)
+    flops = 2.0 * shape["batch"] * shape["m"] * shape["n"] * shape["k"]
+    return {"median_ms": median, "gflops": flops / median / 1e6 if median > 0 else 0.0,
+            "version": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def blas_rows(module, profile_rows, repeat: int = 20) -> list:
+    """One row per matmul group of a measured module: xcomp's per-group median against numpy.matmul's."""
+    from xcomp.partition import unique_groups
+
+    reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
+    rows = []
+    for row in profile_rows:
+        if row["kind"] != "matmul" or row["key"] not in reps:
+            continue
+        shape = gemm_shape(reps[row["key"]].func)
+        if shape is None:
+            continue
+        timing = time_gemm(shape, repeat=repeat)
+        torch_timing = time_torch_gemm(shape, repeat=repeat)
+        rows.append({
+            "group": row["group"], "key": row["key"], "count": row["count"], "shape": shape,
+            "problem": timing["problem"], "xcomp_ms": row["median_ms"], "blas_ms": timing["median_ms"],
+            "blas_runs": timing["runs"], "blas_gflops": timing["gflops"], "xcomp_gflops": row["gflops"],
+            "xcomp_over_blas": row["median_ms"] / timing["median_ms"] if timing["median_ms"] > 0 else None,
+            "torch_ms": torch_timing["median_ms"] if torch_timing else None,
+            "torch_gflops": torch_timing["gflops"] if torch_timing else None,
+        })
+    return rows

@@ -1,0 +1,94 @@
+"""One report: measure the targets that run here, import results measured elsewhere, predict the rest."""
+
+from __future__ import annotations
+
+import datetime
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def runs_here(target: str) -> bool:
+    from xcomp.backends import get_backend
+
+    return get_backend(target).can_run()
+
+
+def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
+                   results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True) -> dict:
+    """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto."""
+    from xcomp.backends import get_backend
+
+    from . import KIND, SCHEMA_VERSION
+    from .environment import command_line, machine, model_identity, versions
+    from .measure import measure
+    from .predict import predict_target
+    from .results import imported
+    from .tuning import tuning_curves
+
+    created = _now()
+    inputs = _inputs(model, input_shapes)  # reads the model first: a bad model fails with a clear error
+    model_info = model_identity(model, model_label or (model if isinstance(model, str) else "<in memory>"))
+    model_info["inputs"] = inputs
+    names = []
+    for t in targets:  # canonical target strings, duplicates dropped
+        name = get_backend(t).target_string
+        if name not in names:
+            names.append(name)
+    here = [t for t in names if runs_here(t)]
+    notes = []
+    if not here and baselines:
+        notes.append("no target runs on this machine, so no baseline was timed (baselines are timed interleaved "
+                     "with a target measured here; add -t cpu)")
+    target_entries, baseline_entries, blas = measure(model, here, list(baselines), input_shapes=input_shapes, db=db,
+                                                     warmup=warmup, repeat=repeat, seed=seed,
+                                                     progress=progress) if here else ([], [], [])
+    other_targets, other_baselines, other_blas, import_notes = imported(results, model_info["sha256"], set(here))
+    by_name = {e["target"]: e for e in target_entries + other_targets}
+    for name in names:
+        if name not in by_name:
+            by_name[name] = predict_target(model, name, input_shapes,
+                                           reason="no such device on this machine and no --results file measured it")
+    ordered = [by_name[n] for n in names] + [e for n, e in by_name.items() if n not in names]
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "created": created,
+        "finished": None,
+        "command": command_line(argv),
+        "settings": {"targets": names, "baselines": list(baselines), "warmup": warmup, "repeat": repeat,
+                     "seed": seed, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                     "db": str(db) if db else None, "results": [str(p) for p in results or []]},
+        "model": model_info,
+        "machine": machine(),
+        "versions": versions(),
+        "targets": ordered,
+        "baselines": baseline_entries + other_baselines,
+        "blas": blas + other_blas,
+        "tuning": tuning_curves(db, ordered) if db else None,
+        "notes": notes + import_notes,
+    }
+    report["finished"] = _now()
+    return report
+
+
+def _inputs(model, input_shapes) -> list:
+    """The model's inputs with the shapes this run used."""
+    import onnx
+
+    from xcomp.frontends.onnx import _read_proto
+
+    proto = _read_proto(model)[0] if not isinstance(model, onnx.ModelProto) else model
+    initializers = {i.name for i in proto.graph.initializer}
+    out = []
+    for vi in proto.graph.input:
+        if vi.name in initializers:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in vi.type.tensor_type.shape.dim]
+        if input_shapes and vi.name in input_shapes:
+            dims = list(input_shapes[vi.name])
+        out.append({"name": vi.name, "shape": dims,
+                    "dtype": onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name})
+    return out

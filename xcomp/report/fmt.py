@@ -1,0 +1,71 @@
+"""Number and label formatting shared by the Markdown, HTML and terminal renderings."""
+
+from __future__ import annotations
+
+PREDICTED = "predicted"
+
+
+def ms(value) -> str:
+    if value is None:
+        return "-"
+    if value < 0.01:
+        return f"{value * 1e3:.3g} µs"
+    if value < 10:
+        return f"{value:.3f} ms"
+    return f"{value:.1f} ms"
+
+
+def si(value, unit="") -> str:
+    if value is None:
+        return "-"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}".strip()
+
+
+def pct(value) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def target_latency(entry) -> tuple:
+    """(latency ms, predicted?) of a target entry: the measured median, or the roofline prediction."""
+    if entry.get("status") == "measured":
+        return entry["latency"]["median_ms"], False
+    return entry["predicted"]["latency_ms"], True
+
+
+def origin_text(entry) -> str:
+    origin = entry.get("origin", {})
+    if origin.get("kind") == "results file":
+        return f"measured on {origin.get('hostname') or '?'} (from {origin.get('file')})"
+    if origin.get("kind") == "predicted":
+        return "predicted from the HardwareSpec roofline"
+    return "measured in this run"
+
+
+def target_label(entry) -> str:
+    """'cpu', 'cuda:sm_90 (predicted)', 'rocm:gfx942 @ gpu-host' -- predictions always say so."""
+    name = entry["target"]
+    if entry.get("status") != "measured":
+        return f"{name} ({PREDICTED})"
+    origin = entry.get("origin", {})
+    if origin.get("kind") == "results file":
+        return f"{name} @ {origin.get('hostname') or 'other machine'}"
+    return name
+
+
+def baseline_label(entry) -> str:
+    origin = entry.get("origin", {})
+    where = f" @ {origin.get('hostname') or 'other machine'}" if origin.get("kind") == "results file" else ""
+    return f"{entry['name']} ({entry.get('device', 'cpu')}){where}"
+
+
+def spec_summary(hardware: dict) -> str:
+    peak = hardware.get("peak_flops", {}).get("float32")
+    bw = hardware.get("mem_bandwidth")
+    return f"{hardware.get('name')}: fp32 peak {si(peak, 'FLOP/s')}, memory {si(bw, 'B/s') if bw else 'unknown'}"

@@ -1,0 +1,184 @@
+"""Measuring on this machine: compile each runnable target, time every target and baseline interleaved on the
+same inputs, then profile each target's operator groups (and set GEMM groups against BLAS)."""
+
+from __future__ import annotations
+
+import platform
+import time
+
+import numpy as np
+
+from .stats import latency_summary, throughput
+
+
+def torch_status() -> dict:
+    """PyTorch eager runs an ONNX model only through a converter; say exactly what is missing."""
+    try:
+        import torch
+    except ImportError:
+        return {"name": "torch", "status": "not installed", "reason": "import torch failed (pip install torch)"}
+    try:
+        import onnx2torch  # noqa: F401
+    except ImportError:
+        return {"name": "torch", "status": "unavailable", "version": torch.__version__,
+                "reason": "torch is installed, but running an ONNX model in torch eager needs onnx2torch "
+                          "(pip install onnx2torch)"}
+    return {"name": "torch", "status": "available", "version": torch.__version__}
+
+
+class TorchEagerBaseline:
+    """The ONNX model converted with onnx2torch, run in torch eager mode on the CPU."""
+
+    name = "torch"
+
+    def __init__(self, model):
+        import onnx
+        import onnx2torch
+        import torch
+
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_model_from_string(model)
+        self.torch = torch
+        self.net = onnx2torch.convert(proto).eval()
+        self.version = torch.__version__
+
+    def __call__(self, inputs: dict):
+        with self.torch.inference_mode():
+            out = self.net(*[self.torch.from_numpy(v) for v in inputs.values()])
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        return [o.numpy() for o in outs]
+
+
+def _max_abs_diff(ours: list, theirs: list) -> float:
+    return float(max(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))) if np.size(a) else 0.0
+                     for a, b in zip(ours, theirs)))
+
+
+def _default_vs_tuned(module, rows, repeat: int) -> None:
+    """For groups built from tuning records, also time the template default: the tuning gain per group."""
+    from xcomp.partition import unique_groups
+    from xcomp.pipeline import _schedule_group
+    from xcomp.profile import _time_func
+
+    reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
+    for row in rows:
+        row["tuned"] = str(row.get("schedule", "")).startswith("database")
+        if not row["tuned"]:
+            continue
+        func, _choice = _schedule_group(reps[row["key"]], module.spec, None)
+        default = float(np.median(_time_func(func, module._backend, repeat, 10)))
+        row["default_ms"] = default
+        row["speedup_vs_default"] = default / row["median_ms"] if row["median_ms"] > 0 else None
+
+
+def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
+            profile_groups=True, blas=True, progress=True):
+    """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes."""
+    import xcomp
+    from xcomp.bench import OnnxRuntimeBaseline, _serialized
+    from xcomp.progress import bar
+
+    from .blas import blas_rows
+
+    modules, entries = {}, {}
+    for target in targets:
+        t0 = time.perf_counter()
+        module = xcomp.compile(model, target=target, input_shapes=input_shapes, tune_db=db, progress=progress)
+        compile_s = time.perf_counter() - t0
+        modules[target] = module
+        entries[target] = {"compile_s": compile_s}
+    first = modules[targets[0]]
+    inputs = first.random_inputs(seed)
+    batch = None
+    if first.inputs and first.inputs[0].shape and isinstance(first.inputs[0].shape[0], int):
+        batch = int(first.inputs[0].shape[0])
+
+    runners, outputs = {}, {}
+    for target, module in modules.items():
+        t = time.perf_counter()
+        out = module.run(inputs)  # the first call creates the VM: load + first inference
+        entries[target]["first_ms"] = (time.perf_counter() - t) * 1e3
+        outputs[("target", target)] = [out[s.name] for s in module.outputs]
+        runners[("target", target)] = lambda m=module: m.run(inputs)
+
+    baseline_entries = {}
+    for name in baselines:
+        if name == "onnxruntime":
+            runner = OnnxRuntimeBaseline(_serialized(model))
+            baseline_entries[name] = {"name": name, "device": "cpu", "status": "measured",
+                                      "version": runner.version, "providers": ["CPUExecutionProvider"]}
+        elif name == "torch":
+            status = torch_status()
+            if status["status"] != "available":
+                baseline_entries[name] = status
+                continue
+            runner = TorchEagerBaseline(_serialized(model))
+            baseline_entries[name] = {"name": name, "device": "cpu", "status": "measured", "mode": "eager",
+                                      "version": runner.version}
+        else:
+            continue
+        outputs[("baseline", name)] = list(runner(inputs))
+        runners[("baseline", name)] = lambda r=runner: r(inputs)
+
+    reference = next((k for k in (("baseline", "onnxruntime"), ("baseline", "torch")) if k in outputs), None)
+    if reference:
+        for key in outputs:
+            if key != reference:
+                entry = entries[key[1]] if key[0] == "target" else baseline_entries[key[1]]
+                entry["check"] = {"reference": reference[1],
+                                  "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference])}
+
+    for _ in range(warmup):
+        for run in runners.values():
+            run()
+    samples = {key: [] for key in runners}
+    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
+        for key, run in runners.items():  # interleaved: machine noise hits every runner alike
+            t = time.perf_counter()
+            run()
+            samples[key].append((time.perf_counter() - t) * 1e3)
+
+    for key, values in samples.items():
+        if key[0] == "baseline":
+            baseline_entries[key[1]].update(latency=latency_summary(values), samples_ms=values,
+                                            throughput=throughput(float(np.median(values)), batch))
+
+    target_entries, gemm_rows = [], []
+    for target, module in modules.items():
+        e = entries[target]
+        values = samples[("target", target)]
+        lat = latency_summary(values)
+        entry = {
+            "target": target,
+            "status": "measured",
+            "origin": {"kind": "this run", "hostname": platform.node()},
+            "hardware": module.spec.to_dict(),
+            "latency": lat,
+            "samples_ms": values,
+            "throughput": throughput(lat["median_ms"], batch),
+            "first_run": {"compile_s": e["compile_s"], "load_and_first_inference_ms": e["first_ms"],
+                          "total_s": e["compile_s"] + e["first_ms"] / 1e3,
+                          "compile_breakdown_s": module.info.get("compile_times", {})},
+            "schedules": _schedule_sources(module),
+        }
+        if "check" in e:
+            entry["check"] = e["check"]
+        if profile_groups:
+            from xcomp.profile import profile_module
+
+            rows = profile_module(module, progress=progress)
+            _default_vs_tuned(module, rows, repeat=5)
+            entry["groups"] = rows
+            entry["roofline_bound_predicted_ms"] = sum(r["roofline_ms"] * r["count"] for r in rows)
+            if blas and module.spec.kind == "cpu":
+                for row in blas_rows(module, rows):
+                    gemm_rows.append({"target": target, **row})
+        target_entries.append(entry)
+    return target_entries, list(baseline_entries.values()), gemm_rows
+
+
+def _schedule_sources(module) -> dict:
+    counts = {}
+    for choice in module.info.get("schedules", {}).values():
+        source = str(choice.get("source", "?")).split(" ")[0]
+        counts[source] = counts.get(source, 0) + 1
+    return counts

@@ -1,0 +1,80 @@
+"""Predicted latency for a target that is not on this machine: the roofline of its `HardwareSpec`.
+
+Every unique operator group of the model, partitioned for that target, costs at least
+max(flops / peak, bytes / bandwidth); the model costs the sum over groups of that bound x call count. This is a
+lower bound (perfect overlap, no launch overhead, every byte moved once), and is always labelled predicted.
+"""
+
+from __future__ import annotations
+
+import re
+
+METHOD = ("roofline: sum over operator groups of max(flops / peak_flops[dtype], bytes / mem_bandwidth) x count, "
+          "from the target's HardwareSpec; a lower bound, not a measurement")
+
+_DTYPE = re.compile(r"x(f16|bf16|f32|f64|i8|i32|i64|u8|b1)$")
+_LONG = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8", "i32": "int32",
+         "i64": "int64", "u8": "uint8", "b1": "bool"}
+
+
+def peak_dtype(group_kind: str, signature: str, spec) -> str:
+    """The peak that bounds a group: matrix-core rates only for conv/matmul on their input dtype; float32 else."""
+    first = signature.split(",")[0].split("->")[0].strip()
+    m = _DTYPE.search(first)
+    dtype = _LONG.get(m.group(1), "float32") if m else "float32"
+    if group_kind in ("conv", "matmul") and spec.peak(dtype) > 0:
+        return dtype
+    return "float32"
+
+
+def group_bound(flops: float, nbytes: float, spec, dtype: str = "float32") -> tuple:
+    """(ms, 'compute' | 'memory') for one call of a group on `spec`."""
+    peak = spec.peak(dtype) or spec.peak("float32")
+    compute = flops / peak * 1e3 if peak else 0.0
+    memory = nbytes / spec.mem_bandwidth * 1e3 if spec.mem_bandwidth else 0.0
+    return (compute, "compute") if compute >= memory else (memory, "memory")
+
+
+def predict_groups(groups, spec) -> list:
+    """Per unique group: the roofline bound (predicted), slowest total first."""
+    from xcomp.partition import unique_groups
+
+    rows = []
+    for key, (rep, count) in unique_groups(groups).items():
+        dtype = peak_dtype(rep.kind, rep.signature, spec)
+        ms, bound = group_bound(rep.flops, rep.bytes, spec, dtype)
+        rows.append({"group": rep.name, "kind": rep.kind, "key": key, "count": count, "flops": rep.flops,
+                     "bytes": rep.bytes, "signature": rep.signature, "peak_dtype": dtype, "bound": bound,
+                     "predicted_ms": ms, "predicted_total_ms": ms * count})
+    total = sum(r["predicted_total_ms"] for r in rows) or 1.0
+    for r in rows:
+        r["predicted_share"] = r["predicted_total_ms"] / total
+    rows.sort(key=lambda r: -r["predicted_total_ms"])
+    return rows
+
+
+def predict_target(model, target: str, input_shapes=None, reason: str = "") -> dict:
+    """A report target entry with status 'predicted' (no latency field is ever filled from a prediction)."""
+    from xcomp.backends import get_backend
+    from xcomp.frontends import load_onnx
+    from xcomp.partition import partition
+
+    backend = get_backend(target)
+    spec = backend.spec
+    imported = load_onnx(model, input_shapes)
+    _mod, groups = partition(imported.mod, spec)
+    rows = predict_groups(groups, spec)
+    notes = []
+    if not spec.mem_bandwidth:
+        notes.append("the spec has no memory bandwidth: the prediction counts compute only")
+    if any(r["flops"] == 0 and r["bytes"] == 0 for r in rows):
+        notes.append("some groups have symbolic shapes (no FLOPs/bytes counted); bind them with --input-shape")
+    return {
+        "target": backend.target_string,
+        "status": "predicted",
+        "origin": {"kind": "predicted", "reason": reason},
+        "hardware": spec.to_dict(),
+        "predicted": {"latency_ms": sum(r["predicted_total_ms"] for r in rows), "method": METHOD,
+                      "notes": notes},
+        "groups": rows,
+    }

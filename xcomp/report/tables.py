@@ -1,0 +1,162 @@
+"""The report's tables as plain data (title, headers, rows, per-row tags), rendered by render_md/render_html.
+
+A row tagged "predicted" holds roofline numbers, and its cells say so too, so the label survives any renderer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import fmt
+
+
+@dataclasses.dataclass
+class Table:
+    key: str
+    title: str
+    headers: list
+    rows: list = dataclasses.field(default_factory=list)
+    tags: list = dataclasses.field(default_factory=list)  # per row: set of "predicted", "imported", "regression"
+    note: str = ""
+
+    def add(self, row, *tags):
+        self.rows.append([str(c) for c in row])
+        self.tags.append(set(tags))
+
+
+def _ort_median(report):
+    for b in report["baselines"]:
+        if b["name"] == "onnxruntime" and b.get("status") == "measured" and b.get("origin", {}).get("kind") is None:
+            return b["latency"]["median_ms"]
+    return None
+
+
+def latency_table(report) -> Table:
+    ort = _ort_median(report)
+    t = Table("latency", "End-to-end latency",
+              ["runner", "status", "median", "p90", "spread p10-p90", "runs", "throughput", "first run",
+               "vs onnxruntime", "max |diff|"],
+              note="Medians of interleaved runs on the same inputs. first run = compile + load + first inference. "
+                   "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
+                   "onnxruntime). Predicted rows are roofline lower bounds from the target's HardwareSpec, not "
+                   "measurements.")
+    for e in report["targets"]:
+        value, predicted = fmt.target_latency(e)
+        if predicted:
+            t.add([f"xcomp {fmt.target_label(e)}", "predicted", f"{fmt.ms(value)} (predicted)", "-", "-", "-",
+                   f"{1e3 / value:.1f}/s (predicted)" if value else "-", "-", "-", "-"], "predicted")
+            continue
+        lat, imported = e["latency"], e.get("origin", {}).get("kind") == "results file"
+        vs = "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"])
+        check = e.get("check")
+        t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
+               fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
+               f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
+               f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
+              *(["imported"] if imported else []))
+    for b in report["baselines"]:
+        if b.get("status") != "measured":
+            continue
+        lat, imported = b["latency"], b.get("origin", {}).get("kind") == "results file"
+        check = b.get("check")
+        t.add([fmt.baseline_label(b), "measured" + (" (imported)" if imported else ""), fmt.ms(lat["median_ms"]),
+               fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
+               f"{b['throughput']['inferences_per_s']:.1f}/s", "-",
+               "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
+               f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
+              *(["imported"] if imported else []))
+    return t
+
+
+def unavailable_table(report) -> Table:
+    t = Table("unavailable", "Baselines not run", ["baseline", "status", "why"])
+    for b in report["baselines"]:
+        if b.get("status") != "measured":
+            t.add([b["name"], b["status"], b.get("reason", "")])
+    return t
+
+
+def group_table(entry, top=25) -> Table:
+    label = fmt.target_label(entry)
+    if entry["status"] != "measured":
+        t = Table(f"groups-{entry['target']}", f"Operator groups on {label}",
+                  ["group", "kind", "count", "FLOPs", "bytes", "predicted time", "predicted % of total", "bound"],
+                  note="Predicted: each group's roofline bound max(FLOPs / peak, bytes / bandwidth) on "
+                       + fmt.spec_summary(entry["hardware"]) + ".")
+        for g in entry["groups"][:top]:
+            t.add([g["group"], g["kind"], g["count"], fmt.si(g["flops"]), fmt.si(g["bytes"], "B"),
+                   f"{fmt.ms(g['predicted_ms'])} (predicted)", f"{100 * g['predicted_share']:.1f}% (predicted)",
+                   f"{g['bound']} ({g['peak_dtype']})"], "predicted")
+    else:
+        t = Table(f"groups-{entry['target']}", f"Operator groups on {label}",
+                  ["group", "kind", "count", "FLOPs", "bytes", "time/call", "% of total", "GFLOP/s", "GB/s",
+                   "% of roofline", "schedule", "default -> tuned"],
+                  note="Each unique group built alone with the config the model uses and timed on random data. "
+                       "% of roofline = roofline bound / measured time on " + fmt.spec_summary(entry["hardware"])
+                       + " (above 100%: the data stayed in cache, faster than the spec's memory bandwidth).")
+        for g in entry["groups"][:top]:
+            tuned = (f"{fmt.ms(g['default_ms'])} -> {fmt.ms(g['median_ms'])} ({fmt.ratio(g['speedup_vs_default'])})"
+                     if g.get("tuned") else "default")
+            t.add([g["group"], g["kind"], g["count"], fmt.si(g["flops"]), fmt.si(g["bytes"], "B"),
+                   fmt.ms(g["median_ms"]), f"{100 * g['share']:.1f}%", f"{g['gflops']:.2f}", f"{g['gbps']:.2f}",
+                   fmt.pct(g["pct_of_roofline"]), g["schedule"].split(" (")[0], tuned])
+    if len(entry["groups"]) > top:
+        t.note += f" Showing the {top} slowest of {len(entry['groups'])} unique groups (all are in report.json)."
+    return t
+
+
+def blas_table(report) -> Table:
+    t = Table("blas", "GEMM groups vs vendor BLAS (numpy.matmul)",
+              ["target", "group", "count", "problem", "xcomp", "numpy BLAS", "torch.matmul", "xcomp GFLOP/s",
+               "BLAS GFLOP/s", "xcomp / BLAS time"],
+              note=f"numpy BLAS: {report['versions'].get('blas')}; torch.matmul: torch "
+                   f"{report['versions'].get('torch') or 'not installed'} on the CPU. xcomp's time includes the "
+                   "group's fused epilogue (bias, activation); BLAS runs the bare product. < 1x: xcomp is faster.")
+    for r in report.get("blas", []):
+        t.add([r["target"], r["group"], r["count"], r["problem"], fmt.ms(r["xcomp_ms"]), fmt.ms(r["blas_ms"]),
+               fmt.ms(r.get("torch_ms")) if r.get("torch_ms") else "not installed",
+               f"{r['xcomp_gflops']:.2f}", f"{r['blas_gflops']:.2f}", fmt.ratio(r["xcomp_over_blas"])],
+              *(["imported"] if r.get("origin") else []))
+    return t
+
+
+def tuning_table(report) -> Table:
+    tuning = report.get("tuning") or {"curves": []}
+    t = Table("tuning", "Tuning records", ["target", "group", "kind", "trials", "failed", "best", "same hardware"],
+              note=f"From {tuning.get('db')}; curves in the tuning chart.")
+    for c in tuning["curves"]:
+        t.add([c["target"], c["group"], c["kind"], c["trials"], c["failed"], fmt.ms(c["best_ms"]),
+               "yes" if c["same_hardware"] else f"no ({c['hw_fingerprint']})"])
+    return t
+
+
+def reproduce_table(report) -> Table:
+    m, v, s = report["machine"], report["versions"], report["settings"]
+    t = Table("reproduce", "Reproduce", ["", ""])
+    for k, val in (("command", report["command"]["text"]), ("working directory", report["command"]["cwd"]),
+                   ("model", f"{report['model']['source']} (sha256 {report['model']['sha256'][:16]}...)"),
+                   ("inputs", ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in report["model"]["inputs"])),
+                   ("seed / warmup / repeat", f"{s['seed']} / {s['warmup']} / {s['repeat']}"),
+                   ("machine", f"{m['hostname']}: {m['cpu_model']}, {m['usable_cores']} of {m['logical_cores']} "
+                               f"cores usable, {fmt.si(m.get('memory_bytes'), 'B')} memory"),
+                   ("platform", m["platform"]),
+                   ("versions", ", ".join(f"{k2} {val2}" for k2, val2 in v.items() if k2 != "blas" and val2)
+                    + (", torch not installed" if not v.get("torch") else "")),
+                   ("BLAS", v.get("blas")),
+                   ("started / finished", f"{report['created']} / {report['finished']}")):
+        t.add([k, val])
+    return t
+
+
+def all_tables(report) -> list:
+    tables = [latency_table(report)]
+    unavailable = unavailable_table(report)
+    if unavailable.rows:
+        tables.append(unavailable)
+    tables += [group_table(e) for e in report["targets"] if e.get("groups")]
+    if report.get("blas"):
+        tables.append(blas_table(report))
+    if report.get("tuning"):
+        tables.append(tuning_table(report))
+    tables.append(reproduce_table(report))
+    return tables
