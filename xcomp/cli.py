@@ -273,9 +273,18 @@ def cmd_conformance(args):
 
 
 def cmd_bench(args):
+    if args.compare:
+        return _bench_compare(args)
+    if not args.model:
+        from xcomp.errors import UserError
+
+        raise UserError("bench needs a model (or --compare A.json B.json)")
+    targets = args.target or ["cpu"]
+    if args.report or args.results or args.db or len(targets) > 1:
+        return _bench_report(args, targets)
     from xcomp.bench import bench_model
 
-    report = bench_model(_model_arg(args.model), target=args.target, baselines=args.baseline or [],
+    report = bench_model(_model_arg(args.model), target=targets[0], baselines=args.baseline or [],
                          input_shapes=_input_shapes(args), warmup=args.warmup, repeat=args.repeat,
                          seed=args.seed, progress=not args.quiet)
     if args.json:
@@ -291,6 +300,53 @@ def cmd_bench(args):
     for name in args.baseline or []:
         print(f"xcomp / {name} latency ratio: {r[name]['xcomp_ratio']:.2f}  (< 1 means xcomp is faster)")
     print(f"compile time: {r['xcomp']['compile_s']:.1f}s")
+    return None
+
+
+def _bench_report(args, targets):
+    """Every target measured here, imported from --results, or predicted (labelled); report files on --report."""
+    from xcomp.report import collect_report, write_report
+    from xcomp.report.tables import latency_table
+
+    report = collect_report(_model_arg(args.model), targets=targets,
+                            baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
+                            db=args.db, results=args.results or [], warmup=args.warmup, repeat=args.repeat,
+                            seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet)
+    paths = write_report(report, args.report) if args.report else None
+    if args.json:
+        return report
+    table = latency_table(report)
+    print(f"{args.model}: {len(report['targets'])} target(s), median of {args.repeat} interleaved runs")
+    print(_table(table.rows, table.headers))
+    for b in report["baselines"]:
+        if b.get("status") != "measured":
+            print(f"baseline {b['name']}: {b['status']} ({b.get('reason', '')})")
+    if any(t["status"] == "predicted" for t in report["targets"]):
+        print("predicted: a roofline lower bound from the target's HardwareSpec, not a measurement")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    if paths:
+        print(f"report written to {paths['html']} (also {os.path.basename(paths['md'])}, "
+              f"{os.path.basename(paths['json'])}, {len(paths['charts'])} PNG chart(s))")
+    return None
+
+
+def _bench_compare(args):
+    from xcomp.report import compare_reports, load_report, write_compare
+    from xcomp.report.compare import render_compare_text
+
+    a_path, b_path = args.compare
+    comparison = compare_reports(load_report(a_path), load_report(b_path), threshold=args.threshold / 100,
+                                 a_name=os.path.basename(os.path.dirname(os.path.abspath(a_path))) + "/"
+                                 + os.path.basename(a_path),
+                                 b_name=os.path.basename(os.path.dirname(os.path.abspath(b_path))) + "/"
+                                 + os.path.basename(b_path))
+    paths = write_compare(comparison, args.report) if args.report else None
+    if args.json:
+        return comparison
+    print(render_compare_text(comparison), end="")
+    if paths:
+        print(f"comparison written to {paths['html']} (also compare.md, compare.json)")
     return None
 
 
@@ -380,15 +436,31 @@ def build_parser():
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_conformance)
 
-    p = sub.add_parser("bench", help="time a model against baselines (onnxruntime)",
+    p = sub.add_parser("bench", help="time a model on targets against baselines; write a report",
                        description="Compile a model, then time it and each baseline alternately on the same "
-                                   "random inputs; report medians and the latency ratio.")
-    p.add_argument("model", help="path to .onnx, or onnx:NAME")
-    p.add_argument("--baseline", action="append", choices=["onnxruntime"], help="baseline to compare against")
+                                   "random inputs; report medians and the latency ratio. With --report: every "
+                                   "-t target (measured here, imported from --results, or predicted from its "
+                                   "HardwareSpec and labelled so), per-group profile, BLAS for GEMM groups, "
+                                   "charts, as report.json/.md/.html. With --compare: the change between two "
+                                   "report.json files.")
+    p.add_argument("model", nargs="?", help="path to .onnx, or onnx:NAME")
+    p.add_argument("-t", "--target", action="append",
+                   help="target (repeatable; default cpu): measured when present here, otherwise taken from "
+                        "--results or predicted")
+    p.add_argument("--baseline", action="append", choices=["onnxruntime", "torch"],
+                   help="baseline to compare against (repeatable; with --report default: onnxruntime and torch)")
+    p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
+    p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
+    p.add_argument("--results", action="append", metavar="REPORT.json",
+                   help="measured results from another machine (its report.json), for targets not present here")
+    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                   help="show what changed from report A to report B (with --report DIR: also write it there)")
+    p.add_argument("--threshold", type=float, default=5.0,
+                   help="--compare: slower by more than this percent is a regression (default 5)")
     p.add_argument("--repeat", type=int, default=30, help="timed rounds (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed for the random inputs (default 0)")
-    common(p)
+    common(p, target=False)
     p.set_defaults(func=cmd_bench)
     return parser
 
@@ -398,6 +470,7 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = ["xcomp"] + list(sys.argv[1:] if argv is None else argv)  # recorded in reports, to reproduce
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
