@@ -37,6 +37,11 @@ class Module:
     # -- signature --------------------------------------------------------------------------------------------
 
     @property
+    def backend(self):
+        """The Backend this module was built by (its spec, target and device)."""
+        return self._backend
+
+    @property
     def target(self) -> str:
         return self._backend.target_string
 

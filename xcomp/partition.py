@@ -177,7 +177,7 @@ def _short_dtype(dtype: str) -> str:
 def _signature(func) -> str:
     parts = []
     for buf in func_buffers(func):
-        shape = "x".join(str(d) for d in buf.shape) or "scalar"
+        shape = "x".join(str(_static(d)) if _static(d) is not None else str(d) for d in buf.shape) or "scalar"
         parts.append(f"{shape}x{_short_dtype(str(buf.dtype))}")
     return ", ".join(parts[:-1]) + " -> " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")
 

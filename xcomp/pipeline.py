@@ -28,7 +28,7 @@ def _lowering_passes(spec):
     return tvm.transform.Sequential(generic.dataflow_lower_passes(None) + generic.finalize_passes(None))
 
 
-def _schedule_group(group, spec, knobs):
+def schedule_group(group, spec, knobs):
     """Scheduled PrimFunc for a group; a failing config falls back to the default, then to the plain func."""
     from xcomp import schedules
 
@@ -59,7 +59,7 @@ def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
     groups_bar = bar(merged.items(), desc="schedule", unit="group", enabled=progress, leave=False)
     for key, (rep, _count) in groups_bar:
         groups_bar.set_postfix_str(rep.kind)
-        func, choice = _schedule_group(rep, spec, best_knobs.get(key))
+        func, choice = schedule_group(rep, spec, best_knobs.get(key))
         scheduled[key] = func
         choices[key] = choice
     for group in groups:

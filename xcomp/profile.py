@@ -9,16 +9,17 @@ from xcomp.progress import bar
 from xcomp.errors import UserError
 
 
-def _time_func(func, backend, repeat: int, min_repeat_ms: int):
+def time_func(func, backend, repeat: int, min_repeat_ms: int):
+    """Latencies (ms) of one PrimFunc built alone for the backend, on deterministic random data."""
     import tvm
 
-    from xcomp.autotune.measure import _random_args, func_params
+    from xcomp.autotune.measure import random_args, func_params
 
     target = backend.target()
     with target:
         executable = tvm.compile(func.with_attr("global_symbol", "main"), target=target)
     dev = backend.device()
-    args = [tvm.runtime.tensor(a, dev) for a in _random_args(func_params(func), 0)]
+    args = [tvm.runtime.tensor(a, dev) for a in random_args(func_params(func), 0)]
     timer = executable.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return [t * 1e3 for t in timer(*args).results]
 
@@ -34,9 +35,9 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     """[{group, kind, key, count, flops, bytes, median_ms, total_ms, share, gflops, gbps, roofline_ms,
     pct_of_roofline, schedule}] for every unique group, slowest total first."""
     from xcomp.partition import unique_groups
-    from xcomp.pipeline import _schedule_group
+    from xcomp.pipeline import schedule_group
 
-    backend = module._backend
+    backend = module.backend
     if not backend.can_run():
         raise UserError(f"cannot time {module.target} groups on this machine")
     if any(g.func is None for g in module.groups):
@@ -46,8 +47,8 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     merged = unique_groups(module.groups)
     for key, (rep, count) in bar(merged.items(), desc="profile", unit="group", enabled=progress, leave=False):
         knobs = (schedules.get(key) or {}).get("knobs")
-        func, choice = _schedule_group(rep, backend.spec, knobs)
-        times = _time_func(func, backend, repeat, min_repeat_ms)
+        func, choice = schedule_group(rep, backend.spec, knobs)
+        times = time_func(func, backend, repeat, min_repeat_ms)
         median = float(np.median(times))
         bound = roofline_ms(rep.flops, rep.bytes, backend.spec)
         rows.append({

@@ -139,7 +139,7 @@ class Runner(abc.ABC):
         pass
 
 
-def _random_args(func_params, seed: int):
+def random_args(func_params, seed: int):
     """Deterministic data for every buffer: floats in [-1, 1), integers 0 (always a valid index)."""
     rng = np.random.default_rng(seed)
     arrays = []
@@ -177,9 +177,9 @@ def _run_worker(conn):
             params = request["params"]
             ref_key = (request["reference"], tuple(map(tuple, (p[0] for p in params))))
             if ref_key not in references:
-                _, ref_args = execute(request["reference"], _random_args(params, 0))
+                _, ref_args = execute(request["reference"], random_args(params, 0))
                 references[ref_key] = [a.numpy() for a in ref_args]
-            lib, args = execute(request["artifact"], _random_args(params, 0))
+            lib, args = execute(request["artifact"], random_args(params, 0))
             for got, want in zip(args, references[ref_key]):
                 got = got.numpy()
                 if not np.allclose(got, want, rtol=1e-3, atol=1e-4, equal_nan=True):

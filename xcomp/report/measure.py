@@ -56,16 +56,16 @@ def _max_abs_diff(ours: list, theirs: list) -> float:
 def _default_vs_tuned(module, rows, repeat: int) -> None:
     """For groups built from tuning records, also time the template default: the tuning gain per group."""
     from xcomp.partition import unique_groups
-    from xcomp.pipeline import _schedule_group
-    from xcomp.profile import _time_func
+    from xcomp.pipeline import schedule_group
+    from xcomp.profile import time_func
 
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
     for row in rows:
         row["tuned"] = str(row.get("schedule", "")).startswith("database")
         if not row["tuned"]:
             continue
-        func, _choice = _schedule_group(reps[row["key"]], module.spec, None)
-        default = float(np.median(_time_func(func, module._backend, repeat, 10)))
+        func, _choice = schedule_group(reps[row["key"]], module.spec, None)
+        default = float(np.median(time_func(func, module.backend, repeat, 10)))
         row["default_ms"] = default
         row["speedup_vs_default"] = default / row["median_ms"] if row["median_ms"] > 0 else None
 
