@@ -1,0 +1,153 @@
+"""What a fused PrimFunc computes, read from its blocks: the group kind, and the facts templates share.
+
+Fused funcs from FuseTIR are a flat list of blocks under the root, each in its own perfect loop nest whose loops
+bind one-to-one to the block's iter vars. Everything here reads that shape; funcs that do not have it (no root
+block, opaque iter vars, symbolic extents) are "opaque".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+SPATIAL, REDUCE = 0, 2  # tirx.IterVar.DataPar, tirx.IterVar.CommReduce
+
+KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
+
+
+@dataclasses.dataclass
+class BlockInfo:
+    """One root-level block: its schedule handle and the facts templates decide on."""
+
+    name: str
+    rv: object  # s_tir.SBlockRV
+    iter_kinds: list  # SPATIAL / REDUCE per iter var, in order
+    extents: list  # int per iter var
+    block: object = dataclasses.field(repr=False)  # the s_tir SBlock node
+
+    @property
+    def is_reduction(self) -> bool:
+        return REDUCE in self.iter_kinds
+
+    @property
+    def reduce_axes(self) -> list:
+        return [i for i, k in enumerate(self.iter_kinds) if k == REDUCE]
+
+    @property
+    def spatial_axes(self) -> list:
+        return [i for i, k in enumerate(self.iter_kinds) if k == SPATIAL]
+
+    def write_buffer(self):
+        return self.block.writes[0].source
+
+
+def root_blocks(sch) -> list:
+    """BlockInfo for every block directly under the root, in program order.
+
+    Raises ValueError when the func is not in the flat, static, one-loop-per-iter form templates expect."""
+    root = sch.get_sblock("root")
+    infos = []
+    for rv in sch.get_child_blocks(root):
+        block = sch.get(rv)
+        kinds, extents = [], []
+        for iv in block.iter_vars:
+            if int(iv.iter_type) not in (SPATIAL, REDUCE):
+                raise ValueError(f"block {block.name_hint}: opaque iter var")
+            if not hasattr(iv.dom.extent, "value"):
+                raise ValueError(f"block {block.name_hint}: symbolic extent")
+            kinds.append(int(iv.iter_type))
+            extents.append(int(iv.dom.extent.value))
+        if len(block.writes) != 1:
+            raise ValueError(f"block {block.name_hint}: writes {len(block.writes)} buffers")
+        infos.append(BlockInfo(block.name_hint, rv, kinds, extents, block))
+    return infos
+
+
+def _is_load(expr) -> bool:
+    import tvm
+
+    return isinstance(expr, tvm.ir.expr.TensorLoad)  # tirx.BufferLoad builds one (TVM 0.27)
+
+
+def _strip_cast(expr):
+    from tvm import tirx
+
+    while isinstance(expr, tirx.Cast):
+        expr = expr.value
+    return expr
+
+
+def mac_operands(block):
+    """(lhs load, rhs load) when the block body is `C[...] = C[...] + A[...] * B[...]`, else None."""
+    from tvm import tirx
+
+    store = block.body
+    if not isinstance(store, tirx.BufferStore):
+        return None
+    value = store.value
+    if not isinstance(value, tirx.Add):
+        return None
+    for acc, prod in ((value.a, value.b), (value.b, value.a)):
+        acc, prod = _strip_cast(acc), _strip_cast(prod)
+        if not (_is_load(acc) and acc.source.same_as(store.buffer)):
+            continue
+        if isinstance(prod, tirx.Mul):
+            a, b = _strip_cast(prod.a), _strip_cast(prod.b)
+            if _is_load(a) and _is_load(b):
+                return a, b
+    return None
+
+
+def _vars_in(expr) -> set:
+    from tvm.tirx.analysis import undefined_vars
+
+    return {v.name for v in undefined_vars(expr)}
+
+
+def has_sliding_window(block) -> bool:
+    """Some read index mixes a spatial and a reduction iter var (`y * stride + ky`): a conv/pool window."""
+    spatial = {iv.var.name for iv in block.iter_vars if int(iv.iter_type) == SPATIAL}
+    reduce = {iv.var.name for iv in block.iter_vars if int(iv.iter_type) == REDUCE}
+    for region in block.reads:
+        for rng in region.region:
+            names = _vars_in(rng.min)
+            if names & spatial and names & reduce:
+                return True
+    return False
+
+
+def main_reduction(infos):
+    """The reduction block doing the most work (the conv / matmul / pool itself), or None."""
+    reductions = [b for b in infos if b.is_reduction]
+    if not reductions:
+        return None
+    return max(reductions, key=lambda b: _volume(b.extents))
+
+
+def _volume(extents) -> int:
+    n = 1
+    for e in extents:
+        n *= e
+    return n
+
+
+def classify_blocks(infos) -> str:
+    main = main_reduction(infos)
+    if main is None:
+        return "injective"
+    if mac_operands(main.block) is not None:
+        return "conv" if len(main.reduce_axes) >= 2 and has_sliding_window(main.block) else "matmul"
+    return "pool" if has_sliding_window(main.block) else "reduction"
+
+
+def classify(func) -> str:
+    """One of KINDS for a fused PrimFunc."""
+    from tvm import s_tir
+
+    try:
+        return classify_blocks(root_blocks(s_tir.Schedule(func)))
+    except Exception:  # no root block, opaque or symbolic iteration: no template may assume anything
+        return "opaque"
+
+
+__all__ = ["KINDS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window", "main_reduction",
+           "classify_blocks", "classify"]

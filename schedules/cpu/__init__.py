@@ -1,0 +1,26 @@
+"""CPU schedule templates: our conv2d / matmul lowering with pre-packed constant weights (legalize.py), and one
+template per group kind, all sized from the HardwareSpec (vector lanes, cores)."""
+
+from __future__ import annotations
+
+from ..analysis import classify
+from .common import CpuTemplate, GenericTemplate
+from .conv import ConvTemplate
+from .legalize import legalize_map
+
+_TEMPLATES = {"conv": ConvTemplate}
+
+
+def get_template(func, spec) -> CpuTemplate:
+    """The template for a fused PrimFunc; the generic one when the specialised template cannot read it."""
+    kind = classify(func)
+    template = _TEMPLATES.get(kind)
+    if template is not None:
+        try:
+            return template(func, spec)
+        except Exception:  # a func of this kind in a shape the template does not expect
+            pass
+    return GenericTemplate(func, spec, kind)
+
+
+__all__ = ["legalize_map", "get_template"]

@@ -1,0 +1,167 @@
+"""What every CPU template shares: the fallback chain, divisor helpers, inlining, and the generic per-block
+schedule (parallel outer loops, vectorized inner loop) used for everything a template does not tile itself."""
+
+from __future__ import annotations
+
+import logging
+
+from ..analysis import REDUCE, main_reduction, root_blocks
+from ..template import Knobs, Template
+
+log = logging.getLogger(__name__)
+
+# Below this many output elements a parallel loop costs more (thread wake-up) than it saves.
+MIN_PARALLEL_ELEMENTS = 4096
+
+
+def divisors(n: int, limit: int | None = None) -> list:
+    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    return max(divisors(n, min(n, limit)))
+
+
+def loop_extent(sch, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
+class CpuTemplate(Template):
+    """A template whose `schedule` never raises: a failing config falls back to the default config, then to
+    the generic schedule, then to the unscheduled func (compile must not fail because of a schedule)."""
+
+    def schedule(self, knobs: Knobs | None = None):
+        from tvm import s_tir
+
+        attempts = [knobs] if knobs is not None else []
+        attempts.append(self.default_knobs())
+        for attempt in attempts:
+            sch = s_tir.Schedule(self.func)
+            try:
+                self.apply(sch, attempt)
+                return sch.mod["main"]
+            except Exception as err:  # the template's assumptions do not hold for this func
+                log.debug("%s %s failed: %s", type(self).__name__, attempt, err)
+        sch = s_tir.Schedule(self.func)
+        try:
+            generic_schedule(sch, self.spec, GENERIC_DEFAULTS)
+            return sch.mod["main"]
+        except Exception as err:
+            log.debug("generic schedule failed: %s", err)
+        return self.func
+
+
+# -- inlining ----------------------------------------------------------------------------------------------
+
+
+def output_names(sch) -> set:
+    """Blocks writing one of the func's parameters."""
+    return {sch.get(rv).name_hint for rv in sch.get_output_blocks(sch.get_sblock("root"))}
+
+
+def inline_injective(sch, keep=()) -> None:
+    """Inline every spatial block that is not an output into its consumers (epilogue chains collapse into the
+    last block); blocks named in `keep` (a pad stage a template wants materialised) stay."""
+    outputs = output_names(sch)
+    for info in root_blocks(sch):
+        if info.is_reduction or info.name in keep or info.name in outputs:
+            continue
+        try:
+            sch.compute_inline(info.rv)
+        except Exception:  # e.g. its consumer is a reduction that cannot absorb it: it stays a stage
+            pass
+
+
+def is_pure_copy(info) -> bool:
+    """A spatial block storing an unconditioned load (a zero-width pad): free to inline."""
+    import tvm
+
+    value = getattr(info.block.body, "value", None)
+    return not info.is_reduction and isinstance(value, tvm.ir.expr.TensorLoad)
+
+
+# -- the generic schedule ----------------------------------------------------------------------------------
+
+GENERIC_DEFAULTS = {"vector": 1, "parallel": True}
+GENERIC_SPACE = {"vector": [0, 1, 2], "parallel": [True, False]}  # vector: 0 off, else times the spec's lanes
+
+
+def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> None:
+    """Parallel fused outer loops and a vectorized split of the innermost loop when it divides evenly."""
+    loops = sch.get_loops(rv)
+    if not loops:
+        return
+    inner = loops[-1]
+    outer = list(loops[:-1])
+    if lanes and loop_extent(sch, inner) % lanes == 0 and loop_extent(sch, inner) >= lanes:
+        io, ii = sch.split(inner, [None, lanes])
+        outer.append(io)
+        sch.vectorize(ii)
+    else:
+        outer.append(inner)
+    parallelize(sch, outer, cores if parallel else 1)
+
+
+def parallelize(sch, loops, cores: int) -> None:
+    """Fuse `loops` (outermost first) and run them in parallel when there is enough work to share."""
+    total = 1
+    for loop in loops:
+        total *= loop_extent(sch, loop)
+    if cores > 1 and total >= cores:
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        sch.parallel(fused)
+
+
+def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True) -> None:
+    """Parallel over the outer spatial loops. When the innermost spatial loop splits into vectors (a pool: a
+    window reduction per output column), the reduction loops move outside it so it can be vectorized."""
+    loops = sch.get_loops(info.rv)
+    if len(loops) != len(info.iter_kinds):  # not the one-loop-per-iter-var nest this expects
+        return
+    spatial = [loop for loop, k in zip(loops, info.iter_kinds) if k != REDUCE]
+    reduce = [loop for loop, k in zip(loops, info.iter_kinds) if k == REDUCE]
+    vectorize = bool(spatial) and lanes and loop_extent(sch, spatial[-1]) % lanes == 0
+    outer = spatial[:-1] if vectorize else spatial
+    if vectorize:
+        sch.reorder(*outer, *reduce, spatial[-1])
+        _, vi = sch.split(spatial[-1], [None, lanes])
+        sch.vectorize(vi)
+    if outer and parallel:
+        parallelize(sch, outer, cores)
+    if vectorize:  # the init must get its own (vectorized) loop; decompose last (see TVM notes)
+        sch.decompose_reduction(info.rv, reduce[0])
+
+
+def generic_schedule(sch, spec, knobs: Knobs, skip=()) -> None:
+    """Every root block not named in `skip`, scheduled on its own (after inlining what can be inlined)."""
+    inline_injective(sch)
+    lanes = spec.simd_width * knobs["vector"]
+    for info in root_blocks(sch):
+        if info.name in skip:
+            continue
+        if info.is_reduction:
+            schedule_reduction(sch, info, lanes, spec.cores, knobs["parallel"])
+        else:
+            schedule_spatial(sch, info.rv, lanes, spec.cores, knobs["parallel"])
+
+
+class GenericTemplate(CpuTemplate):
+    """Injective, reduction, pool and opaque groups: each block parallel + vectorized on its own."""
+
+    def __init__(self, func, spec, kind: str):
+        super().__init__(func, spec)
+        self.kind = kind
+
+    def knob_space(self):
+        return dict(GENERIC_SPACE) if self.kind != "opaque" else {}
+
+    def default_knobs(self):
+        return dict(GENERIC_DEFAULTS) if self.kind != "opaque" else {}
+
+    def apply(self, sch, knobs):
+        if self.kind != "opaque":
+            generic_schedule(sch, self.spec, knobs)
+
+
+__all__ = ["CpuTemplate", "GenericTemplate", "divisors", "largest_divisor", "inline_injective", "is_pure_copy",
+           "schedule_spatial", "schedule_reduction", "parallelize", "generic_schedule", "main_reduction"]

@@ -1,0 +1,129 @@
+"""Direct NCHW conv2d with a register-blocked accumulator tile, its epilogue (bias / batch norm / residual /
+relu) fused into the tile's write-back.
+
+Packed weights ([O/V, I, KH, KW, V], see legalize.py): the tile is `ow_block` output columns x `co_block`
+vectors of V output channels. Per (ci, kh, kw) it loads co_block weight vectors, broadcasts ow_block inputs and
+does co_block * ow_block FMAs into accumulators that stay in registers.
+Unpacked weights (depthwise, grouped convs whose groups are too narrow to pack): the tile is a vector of output
+columns of one channel, weights broadcast.
+"""
+
+from __future__ import annotations
+
+from ..analysis import main_reduction, root_blocks
+from .common import CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial
+
+# Vector registers assumed for the accumulator tile by default (16 on AVX2, leaving room for operands); the
+# tuner may go up to MAX_ACCUMULATORS (32 registers with AVX-512VL even at 256-bit width).
+DEFAULT_ACCUMULATORS = 14
+MAX_ACCUMULATORS = 28
+
+
+class ConvTemplate(CpuTemplate):
+    kind = "conv"
+
+    def __init__(self, func, spec):
+        from tvm import s_tir
+
+        super().__init__(func, spec)
+        sch = s_tir.Schedule(func)
+        infos = root_blocks(sch)
+        main = main_reduction(infos)
+        if len(main.extents) != 7:
+            raise ValueError("conv template expects (n, co, oh, ow, ci, kh, kw) iteration")
+        self.conv_name = main.name
+        _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
+        weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
+        self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
+        producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
+        # a real padding stage (a zero-width one is a copy and gets inlined)
+        self.pad_name = next((b.name for b in infos if b.name in producers and not b.is_reduction
+                              and not is_pure_copy(b)), None)
+
+    # -- knobs ---------------------------------------------------------------------------------------------
+
+    def knob_space(self):
+        if self.lanes:
+            space = {
+                "co_block": divisors(self.out_channels // self.lanes, 8),
+                "ow_block": divisors(self.out_w, 16),
+                "order": ["co_outer", "oh_outer"],
+                "unroll_kw": [True, False],
+            }
+        else:
+            space = {"ow_block": divisors(self.out_w, 8 * self.spec.simd_width), "unroll_kw": [True, False]}
+        if self.pad_name:
+            space["pad"] = ["stage", "inline"]
+        return space
+
+    def valid(self, knobs):
+        if self.lanes:
+            return knobs["co_block"] * knobs["ow_block"] <= MAX_ACCUMULATORS
+        return knobs["ow_block"] <= 4 * self.spec.simd_width * 2
+
+    def default_knobs(self):
+        knobs = {"unroll_kw": True}
+        if self.pad_name:
+            knobs["pad"] = "stage"
+        if not self.lanes:
+            knobs["ow_block"] = max(divisors(self.out_w, 4 * self.spec.simd_width))
+            return knobs
+        best = max(
+            ((cb, ob) for cb in divisors(self.out_channels // self.lanes, 8) for ob in divisors(self.out_w, 16)
+             if cb * ob <= DEFAULT_ACCUMULATORS),
+            key=lambda t: (t[0] * t[1], -(t[0] + t[1])),  # most FMAs per tile, then fewest loads per FMA
+        )
+        knobs["co_block"], knobs["ow_block"] = best
+        # keep the larger operand in cache across the outer loop: weights per co-tile vs one input row band
+        knobs["order"] = "co_outer" if self.out_h * self.out_w >= 196 else "oh_outer"
+        return knobs
+
+    # -- schedule ------------------------------------------------------------------------------------------
+
+    def apply(self, sch, knobs):
+        keep = (self.pad_name,) if knobs.get("pad") == "stage" else ()
+        inline_injective(sch, keep=keep)
+        conv = sch.get_sblock(self.conv_name)
+        epilogue = self._epilogue(sch, conv)
+        if self.lanes:
+            # accumulator vectors run over output channels: make them the innermost (contiguous) axis, or LLVM
+            # gathers every accumulator from a strided tile on each FMA instead of keeping it in a register
+            lanes = self.lanes
+            sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, c // lanes, h, w, c % lanes))
+        n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
+        owo, owi = sch.split(ow, [None, knobs["ow_block"]])
+        if self.lanes:
+            coo, cob, cov = sch.split(co, [None, knobs["co_block"], self.lanes])
+            outer = [n, coo, oh] if knobs["order"] == "co_outer" else [n, oh, coo]
+            sch.reorder(*outer, owo, ci, kh, kw, cob, owi, cov)
+            sch.unroll(cob)
+            sch.unroll(owi)
+            sch.vectorize(cov)
+        else:
+            outer = [n, co, oh]
+            sch.reorder(*outer, owo, ci, kh, kw, owi)
+            sch.vectorize(owi)
+        if knobs["unroll_kw"]:
+            sch.unroll(kw)
+        sch.reverse_compute_at(epilogue, owo)
+        # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
+        for loop in sch.get_loops(epilogue)[len(outer) + 1:]:
+            sch.unroll(loop)
+        parallelize(sch, outer, self.spec.cores)
+        if keep:
+            schedule_spatial(sch, sch.get_sblock(self.pad_name), self.spec.simd_width, self.spec.cores)
+        sch.decompose_reduction(conv, ci)
+
+    def _epilogue(self, sch, conv):
+        """The block writing the tile out: the fused epilogue, or a cache-write stage when the conv writes the
+        output itself. The conv's own buffer becomes a tile-sized local accumulator."""
+        consumers = sch.get_consumers(conv)
+        if not consumers:
+            return sch.cache_write(conv, 0, "local")
+        if len(consumers) != 1:
+            raise ValueError("conv result feeds several blocks")
+        sch.set_scope(conv, 0, "local")
+        return consumers[0]
+
+
+__all__ = ["ConvTemplate"]

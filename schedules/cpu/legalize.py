@@ -1,0 +1,139 @@
+"""Our lowering of conv2d and matmul with constant weights: the weight is re-laid out once, at compile time, so
+the innermost `lanes` output channels / columns are contiguous and a template can keep a vector of them per FMA.
+
+Data stays NCHW / row-major and outputs keep their shapes, so nothing changes at graph level. Anything we do not
+handle (non-constant or non-fp32 weights, other layouts, depthwise conv) goes to TVM's own legalization.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _default(op_name):
+    import tvm
+
+    return tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+
+def _constant_f32(expr):
+    """The numpy value of a float32 relax constant, else None."""
+    import tvm
+
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return None
+    value = expr.value.numpy()
+    return value if value.dtype == np.float32 else None
+
+
+def _pack_lanes(channels: int, lanes: int) -> int:
+    """Vector block for `channels` outputs: the spec's lanes when they divide it, else the widest power of two
+    that does (>= 4, below that a vector is not worth the pack)."""
+    block = math.gcd(channels, lanes)
+    return block if block >= 4 else 0
+
+
+def pack_conv_weight(weight: np.ndarray, block: int) -> np.ndarray:
+    """OIHW -> [O/block, I, KH, KW, block]: one vector of output channels per (ci, kh, kw)."""
+    o, i, kh, kw = weight.shape
+    return np.ascontiguousarray(weight.reshape(o // block, block, i, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def pack_matmul_weight(weight: np.ndarray, block: int) -> np.ndarray:
+    """[K, N] -> [N/block, K, block]: each column panel one contiguous stream."""
+    k, n = weight.shape
+    return np.ascontiguousarray(weight.reshape(k, n // block, block).transpose(1, 0, 2))
+
+
+def packed_conv2d(data, packed, strides, padding, dilation, groups):
+    """NCHW conv2d reading a [O/V, I/groups, KH, KW, V] weight; padding is (top, left, bottom, right)."""
+    from tvm import te, topi
+
+    n, _, h, w = (int(d) for d in data.shape)
+    oblocks, in_per_group, kh, kw, lanes = (int(d) for d in packed.shape)
+    sh, sw = strides
+    dh, dw = dilation
+    top, left, bottom, right = padding
+    out_channels = oblocks * lanes
+    blocks_per_group = out_channels // groups // lanes
+    if any(padding):
+        data = topi.nn.pad(data, [0, 0, top, left], [0, 0, bottom, right], name="pad_temp")
+    oh = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    rc = te.reduce_axis((0, in_per_group), "rc")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+
+    def body(b, o, y, x):
+        # the group from the vector block (o // lanes), so splitting o by lanes leaves no div/mod on the lane
+        ci = rc if groups == 1 else (o // lanes) // blocks_per_group * in_per_group + rc
+        return te.sum(data[b, ci, y * sh + ry * dh, x * sw + rx * dw] * packed[o // lanes, rc, ry, rx, o % lanes],
+                      axis=[rc, ry, rx])
+
+    return te.compute((n, out_channels, oh, ow), body, name="conv2d_nchw")
+
+
+def packed_matmul(a, packed):
+    """[..., M, K] x [N/V, K, V] -> [..., M, N]."""
+    from tvm import te
+
+    nblocks, k, lanes = (int(d) for d in packed.shape)
+    r = te.reduce_axis((0, k), "k")
+
+    def body(*idx):
+        j = idx[-1]
+        return te.sum(a[(*idx[:-1], r)] * packed[j // lanes, r, j % lanes], axis=r)
+
+    return te.compute((*a.shape[:-1], nblocks * lanes), body, name="matmul")
+
+
+def _conv2d(lanes):
+    def legalize(bb, call):
+        from tvm import relax
+
+        attrs = call.attrs
+        weight = _constant_f32(call.args[1])
+        usable = (
+            weight is not None
+            and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
+            and str(call.args[0].ty.dtype) == "float32"
+            and attrs.out_dtype in ("", "float32", None)
+        )
+        groups = int(attrs.groups)
+        block = _pack_lanes(weight.shape[0] // groups, lanes) if usable else 0
+        if not block or weight.shape[1] == 1 and groups > 1:  # depthwise: nothing to reuse across channels
+            return _default("relax.nn.conv2d")(bb, call)
+        packed = relax.const(pack_conv_weight(weight, block))
+        return bb.call_te(
+            packed_conv2d, call.args[0], packed,
+            strides=[int(s) for s in attrs.strides], padding=[int(p) for p in attrs.padding],
+            dilation=[int(d) for d in attrs.dilation], groups=groups, primfunc_name_hint="conv2d",
+        )
+
+    return legalize
+
+
+def _matmul(lanes):
+    def legalize(bb, call):
+        from tvm import relax
+
+        weight = _constant_f32(call.args[1])
+        a_type = call.args[0].ty
+        usable = (
+            weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32"
+            and a_type.ndim >= 2 and weight.shape[1] % lanes == 0
+        )
+        if not usable:
+            return _default("relax.matmul")(bb, call)
+        packed = relax.const(pack_matmul_weight(weight, lanes))
+        return bb.call_te(packed_matmul, call.args[0], packed, primfunc_name_hint="matmul")
+
+    return legalize
+
+
+def legalize_map(spec) -> dict:
+    """customize_legalize_map for relax.transform.LegalizeOps."""
+    lanes = spec.simd_width
+    return {"relax.nn.conv2d": _conv2d(lanes), "relax.matmul": _matmul(lanes)}
