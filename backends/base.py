@@ -34,6 +34,7 @@ class HardwareSpec:
     cores:           CPU cores, or SMs / CUs on a GPU.
     simd_width:      vector lanes of fp32 on a CPU (8 for AVX2, 16 for AVX-512); warp / wavefront size on a GPU.
     vector_bytes:    bytes per vector register (CPU) or per widest global load (GPU).
+    vector_registers: architectural vector registers per core (CPU: 16 with AVX2, 32 with AVX-512 / NEON); 0 on a GPU.
     max_threads_per_block, shared_mem_per_block, registers_per_block: GPU launch limits (0 on a CPU).
     cache_bytes:     (L1d, L2, L3) per core/SM, bytes; 0 where unknown.
     matrix_cores:    matrix-core instruction shapes available.
@@ -48,6 +49,7 @@ class HardwareSpec:
     cores: int
     simd_width: int
     vector_bytes: int
+    vector_registers: int = 0
     max_threads_per_block: int = 0
     shared_mem_per_block: int = 0
     registers_per_block: int = 0

@@ -29,6 +29,8 @@ class CPUBackend(Backend):
 
         attrs = {"kind": "llvm", "mcpu": self.spec.arch, "mtriple": self.spec.triple,
                  "num-cores": self.spec.cores}
+        if self.spec.simd_width == 16:  # our templates emit 512-bit vectors: let LLVM keep them whole
+            attrs["mattr"] = ["-prefer-256-bit"]
         return tvm.target.Target(attrs)
 
     def available(self) -> bool:
