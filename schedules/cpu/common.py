@@ -91,6 +91,10 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     loops = sch.get_loops(rv)
     if not loops:
         return
+    elements = 1
+    for loop in loops:
+        elements *= loop_extent(sch, loop)
+    parallel = parallel and elements >= MIN_PARALLEL_ELEMENTS
     inner = loops[-1]
     outer = list(loops[:-1])
     if lanes and loop_extent(sch, inner) % lanes == 0 and loop_extent(sch, inner) >= lanes:

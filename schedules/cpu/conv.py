@@ -16,10 +16,11 @@ from .common import CpuTemplate, divisors, inline_injective, is_pure_copy, paral
 
 
 def accumulator_budget(spec) -> tuple:
-    """(default, most) accumulator vectors in a register tile: the spec's vector registers less room for the
-    operands of each FMA (weights vectors and a broadcast input)."""
+    """(default, most) accumulator vectors in a register tile. Default: half the vector registers (measured with 32
+    registers: 14-vector tiles ran 1.5-2x faster than 28-vector ones, whose unrolled write-back spills); the tuner
+    may try up to all registers but two (a weight vector and a broadcast input)."""
     registers = spec.vector_registers or 16
-    return registers - registers // 8, registers - 2
+    return registers // 2, registers - 2
 
 
 class ConvTemplate(CpuTemplate):
@@ -47,26 +48,31 @@ class ConvTemplate(CpuTemplate):
     # -- knobs ---------------------------------------------------------------------------------------------
 
     def knob_space(self):
+        # oh_block stacks output rows in the tile: the way to a full register tile when rows are short (7, 13, 14)
+        oh_blocks = divisors(self.out_h, 4)
         if self.lanes:
             space = {
                 "co_block": divisors(self.out_channels // self.lanes, 8),
+                "oh_block": oh_blocks,
                 "ow_block": divisors(self.out_w, 16),
                 "order": ["co_outer", "oh_outer"],
                 "unroll_kw": [True, False],
             }
         else:
-            space = {"ow_block": divisors(self.out_w, 8 * self.spec.simd_width), "unroll_kw": [True, False]}
+            space = {"oh_block": oh_blocks, "ow_block": divisors(self.out_w, 8 * self.spec.simd_width),
+                     "unroll_kw": [True, False]}
         if self.pad_name:
             space["pad"] = ["stage", "inline"]
         return space
 
     def valid(self, knobs):
+        rows = knobs.get("oh_block", 1)
         if self.lanes:
-            return knobs["co_block"] * knobs["ow_block"] <= accumulator_budget(self.spec)[1]
-        return knobs["ow_block"] <= 4 * self.spec.simd_width * 2
+            return knobs["co_block"] * rows * knobs["ow_block"] <= accumulator_budget(self.spec)[1]
+        return rows * knobs["ow_block"] <= 8 * self.spec.simd_width
 
     def default_knobs(self):
-        knobs = {"unroll_kw": True}
+        knobs = {"unroll_kw": True, "oh_block": 1}
         if self.pad_name:
             knobs["pad"] = "stage"
         if not self.lanes:
@@ -77,13 +83,16 @@ class ConvTemplate(CpuTemplate):
         l1 = self.spec.cache_bytes[0] or 32 * 1024
         tile_bytes = self.reduce_volume * self.lanes * 4
         fits = [cb for cb in divisors(self.out_channels // self.lanes, 8) if cb == 1 or cb * tile_bytes <= l1 // 2]
+        budget = accumulator_budget(self.spec)[0]
         best = max(
-            ((cb, ob) for cb in fits for ob in divisors(self.out_w, 16) if cb * ob <= accumulator_budget(self.spec)[0]),
-            key=lambda t: (t[0] * t[1], -(t[0] + t[1])),  # most FMAs per tile, then fewest loads per FMA
+            ((cb, rows, ob) for cb in fits for rows in divisors(self.out_h, 4) for ob in divisors(self.out_w, 16)
+             if cb * rows * ob <= budget),
+            # most FMAs per tile, then fewest loads per FMA, then single rows (contiguous input reads)
+            key=lambda t: (t[0] * t[1] * t[2], -(t[0] + t[1] * t[2]), -t[1]),
         )
-        knobs["co_block"], knobs["ow_block"] = best
-        # keep the larger operand in cache across the outer loop: weights per co-tile vs one input row band
-        knobs["order"] = "co_outer" if self.out_h * self.out_w >= 196 else "oh_outer"
+        knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = best
+        # a channel tile's weights stay in L1 across all its rows (oh_outer measured slower on every resnet50 conv)
+        knobs["order"] = "co_outer"
         return knobs
 
     # -- schedule ------------------------------------------------------------------------------------------
@@ -99,17 +108,19 @@ class ConvTemplate(CpuTemplate):
             lanes = self.lanes
             sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, c // lanes, h, w, c % lanes))
         n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
+        oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
         owo, owi = sch.split(ow, [None, knobs["ow_block"]])
         if self.lanes:
             coo, cob, cov = sch.split(co, [None, knobs["co_block"], self.lanes])
-            outer = [n, coo, oh] if knobs["order"] == "co_outer" else [n, oh, coo]
-            sch.reorder(*outer, owo, ci, kh, kw, cob, owi, cov)
-            sch.unroll(cob)
-            sch.unroll(owi)
+            outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
+            sch.reorder(*outer, owo, ci, kh, kw, cob, ohi, owi, cov)
+            for loop in (cob, ohi, owi):
+                sch.unroll(loop)
             sch.vectorize(cov)
         else:
-            outer = [n, co, oh]
-            sch.reorder(*outer, owo, ci, kh, kw, owi)
+            outer = [n, co, oho]
+            sch.reorder(*outer, owo, ci, kh, kw, ohi, owi)
+            sch.unroll(ohi)
             sch.vectorize(owi)
         if knobs["unroll_kw"]:
             sch.unroll(kw)
