@@ -36,10 +36,18 @@ class Task:
     trials: int = 0
     exhausted: bool = False
     measured: dict = dataclasses.field(default_factory=dict)  # canonical knobs -> median ms (inf: failed)
+    curve: list = dataclasses.field(default_factory=list)  # best ms after each trial of this run
 
-    @property
-    def weight(self) -> float:
-        return (self.best_ms if math.isfinite(self.best_ms) else 1e3) * self.count
+    def priority(self, window: int = 16) -> float:
+        """Expected model-latency gain of this task's next trial, as Ansor's task scheduler estimates it: half
+        the recent improvement rate (backward), half an optimistic share of what remains (forward: best time over
+        trials so far), both times the group's count. A task that stopped improving yields to the others."""
+        if not math.isfinite(self.best_ms):
+            return math.inf
+        past = [ms for ms in self.curve[-window - 1:-window] or self.curve[:1] if math.isfinite(ms)]
+        backward = (past[0] - self.best_ms) / window if past else 0.0
+        forward = self.best_ms / max(1, self.trials)
+        return self.count * (0.5 * backward + 0.5 * forward)
 
 
 def _tasks(model, backend, input_shapes):
@@ -95,6 +103,7 @@ class Tuner:
             self.history.append((len(self.history) + 1, task.group.key, ms))
             if ms < task.best_ms:
                 task.best_ms, task.best_knobs = ms, result.knobs
+            task.curve.append(task.best_ms)
             try:
                 self._train_x.append(self._vector(task, result.knobs))
                 self._train_y.append(ms)
@@ -161,7 +170,7 @@ class Tuner:
                 if not open_tasks:
                     break
                 untried = [t for t in open_tasks if t.trials < 2 * self.batch_size]
-                task = untried[0] if untried else max(open_tasks, key=lambda t: t.weight)
+                task = untried[0] if untried else max(open_tasks, key=lambda t: t.priority())
                 count = self.batch_size if trials is None else min(self.batch_size, trials - spent)
                 batch = propose(task.template, task.measured, count, self.rng, score=self._score(task))
                 if not batch:
