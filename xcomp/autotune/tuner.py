@@ -50,7 +50,8 @@ class Task:
         return self.count * (0.5 * backward + 0.5 * forward)
 
 
-def _tasks(model, backend, input_shapes):
+def model_tasks(model, backend, input_shapes):
+    """One tuning Task per unique operator group of `model` for `backend`."""
     import tvm
 
     from xcomp import schedules
@@ -210,7 +211,7 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
     if not backend.can_run() and runner is None:
         raise UserError(f"cannot measure {backend.target_string} on this machine; use a remote runner")
     with TuningDB(db_path) as db:
-        tasks = _tasks(model, backend, input_shapes)
+        tasks = model_tasks(model, backend, input_shapes)
         tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
         rows = summary(tasks)
