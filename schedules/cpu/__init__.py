@@ -7,8 +7,9 @@ from ..analysis import classify
 from .common import CpuTemplate, GenericTemplate
 from .conv import ConvTemplate
 from .legalize import legalize_map
+from .matmul import MatmulTemplate
 
-_TEMPLATES = {"conv": ConvTemplate}
+_TEMPLATES = {"conv": ConvTemplate, "matmul": MatmulTemplate}
 
 
 def get_template(func, spec) -> CpuTemplate:

@@ -121,13 +121,11 @@ def _matmul(lanes):
 
         weight = _constant_f32(call.args[1])
         a_type = call.args[0].ty
-        usable = (
-            weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32"
-            and a_type.ndim >= 2 and weight.shape[1] % lanes == 0
-        )
-        if not usable:
+        usable = weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32" and a_type.ndim >= 2
+        block = _pack_lanes(weight.shape[1], lanes) if usable else 0
+        if not block:
             return _default("relax.matmul")(bb, call)
-        packed = relax.const(pack_matmul_weight(weight, lanes))
+        packed = relax.const(pack_matmul_weight(weight, block))
         return bb.call_te(packed_matmul, call.args[0], packed, primfunc_name_hint="matmul")
 
     return legalize

@@ -1,0 +1,201 @@
+"""Matmul groups: a register tile of `mr` rows x `nr` vectors of output columns, the K loop inside the tile, the
+fused epilogue (bias / activation / residual) at the tile's write-back.
+
+Per k the tile loads nr vectors of B, broadcasts mr elements of A and does mr * nr FMAs into accumulators that
+stay in registers. B comes in one of three layouts:
+- packed ([N/V, K, V], constant weights, see legalize.py): each tile column panel is one contiguous stream;
+- nn ([..., K, N], runtime operand): vectors load straight from rows of B, or from a packed copy (`pack_b`);
+- nt ([..., N, K], e.g. attention's Q @ K^T, or any layout whose innermost axis is not N): always copied to the
+  packed layout first, since a vector over N would be a strided gather.
+M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
+the tiles run in parallel and nr independent accumulators hide the FMA latency.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..analysis import main_reduction, mac_operands, root_blocks
+from .common import CpuTemplate, divisors, inline_injective, parallelize, schedule_spatial
+
+MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def vector_registers(spec) -> int:
+    """Architectural vector registers: 32 with AVX-512 (also for 256-bit vectors through VL), else 16."""
+    return 32 if "avx512f" in spec.features or "sve" in spec.features else 16
+
+
+def _var(expr):
+    return expr if isinstance(expr, tirx.Var) else None
+
+
+def _uses_all(load, *variables) -> bool:
+    from tvm.tirx.analysis import undefined_vars
+
+    used = [v for x in load.indices for v in undefined_vars(x)]
+    return all(any(u.same_as(v) for u in used) for v in variables)
+
+
+class MatmulTemplate(CpuTemplate):
+    kind = "matmul"
+
+    def __init__(self, func, spec):
+        from tvm import s_tir
+
+        super().__init__(func, spec)
+        sch = s_tir.Schedule(func)
+        main = main_reduction(root_blocks(sch))
+        kinds = main.iter_kinds
+        if len(kinds) < 3 or main.reduce_axes != [len(kinds) - 1]:
+            raise ValueError("matmul template expects (batch..., m, n, k) iteration")
+        if str(main.write_buffer().dtype) != "float32":
+            raise ValueError("matmul template schedules float32 only")
+        self.name = main.name
+        *_, self.m, self.n, self.k = main.extents
+        ivars = [iv.var for iv in main.block.iter_vars]
+        i, j, k = ivars[-3:]
+        a_load, b_load = self._operands(mac_operands(main.block), i, j)
+        reads = [r.source for r in main.block.reads]
+        self.b_index = next(n for n, buf in enumerate(reads) if buf.same_as(b_load.source))
+        if not (_uses_all(a_load, i, k) and _uses_all(b_load, j, k)):
+            raise ValueError("matmul operands not indexed by (m, k) and (n, k)")
+        indices = list(b_load.indices)
+        if len(indices) == 3 and indices[1].same_as(k) and _var(indices[0]) is None and _var(indices[2]) is None:
+            self.layout = "packed"
+        else:
+            # positions of the N and K axes in B; the vector runs over N, so it must be B's innermost axis, or
+            # B gets copied to the packed layout first
+            plain = [n for n, x in enumerate(indices) if _var(x) is not None]
+            self.b_axes = (next(n for n in plain if indices[n].same_as(j)),
+                           next(n for n in plain if indices[n].same_as(k)))
+            self.layout = "nn" if self.b_axes[0] == len(indices) - 1 else "nt"
+        if self.layout == "packed":
+            self.lanes = int(b_load.source.shape[-1])
+        else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
+            fits = [v for v in (spec.simd_width, spec.simd_width // 2, spec.simd_width // 4) if v >= 4]
+            self.lanes = next((v for v in fits if self.n % v == 0), 1)
+        self.registers = vector_registers(spec)
+
+    @staticmethod
+    def _operands(mac, i, j):
+        """(A load, B load): B is the operand indexed by the output column, A the one indexed by the row."""
+        if mac is None:
+            raise ValueError("matmul block is not a multiply-accumulate")
+        lhs, rhs = mac
+        b_uses = [_uses_all(load, j) for load in (lhs, rhs)]
+        if b_uses == [False, True]:
+            return lhs, rhs
+        if b_uses == [True, False]:
+            return rhs, lhs
+        raise ValueError("cannot tell the matmul operands apart")
+
+    # -- knobs ---------------------------------------------------------------------------------------------
+
+    def _mr_choices(self):
+        return [mr for mr in MR_CHOICES if mr <= self.m]
+
+    def _nr_choices(self):
+        return [nr for nr in NR_CHOICES if (self.n // self.lanes) % nr == 0] or [1]
+
+    def knob_space(self):
+        space = {
+            "mr": self._mr_choices(),
+            "nr": self._nr_choices(),
+            "order": ["n_outer", "m_outer"],
+            "unroll_k": [u for u in (1, 2, 4, 8) if self.k % u == 0],
+        }
+        if self.layout == "nn":
+            space["pack_b"] = [True, False]
+        return space
+
+    def valid(self, knobs):
+        accumulators = knobs["mr"] * knobs["nr"]
+        # accumulators + nr B vectors + a broadcast A element must fit in the register file
+        return accumulators + knobs["nr"] + 1 <= self.registers
+
+    def default_knobs(self):
+        budget = self.registers - 4  # room for the B vectors and the broadcast A element
+
+        def cost(t):
+            mr, nr = t
+            # most FMAs per loaded element, then rows (an A broadcast is cheaper than a B vector load)
+            return (mr * nr / (mr + nr), mr)
+
+        tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
+                 if mr * nr + nr <= budget and self.valid({"mr": mr, "nr": nr})]
+        mr, nr = max(tiles, key=cost)
+        if self.m < 4:  # a GEMV: memory-bound, spread the weight panels over the cores
+            tiles_per_core = (self.n // self.lanes) // self.spec.cores
+            nr = max(n for n in self._nr_choices() if n <= max(1, tiles_per_core // 4) and n * mr <= budget)
+        knobs = {"mr": mr, "nr": nr, "order": "n_outer", "unroll_k": 1}
+        if self.layout == "nn":
+            knobs["pack_b"] = self.m >= 2 * mr
+        return knobs
+
+    # -- schedule ------------------------------------------------------------------------------------------
+
+    def apply(self, sch, knobs):
+        inline_injective(sch)
+        mm = sch.get_sblock(self.name)
+        if self.layout == "nt" or self.layout == "nn" and knobs["pack_b"]:
+            self._pack_b(sch, mm)
+        epilogue = self._epilogue(sch, mm)
+        mr, nr, lanes = knobs["mr"], knobs["nr"], self.lanes
+        *batch, i, j, k = sch.get_loops(mm)
+        io, ir = sch.split(i, [None, mr])
+        jo, jr, jv = sch.split(j, [None, nr, lanes])
+        outer = [*batch, jo, io] if knobs["order"] == "n_outer" else [*batch, io, jo]
+        inner = [k]
+        if knobs["unroll_k"] > 1:
+            inner = sch.split(k, [None, knobs["unroll_k"]])
+        sch.reorder(*outer, *inner, ir, jr, jv)
+        if knobs["unroll_k"] > 1:
+            sch.unroll(inner[1])
+        sch.unroll(ir)
+        sch.unroll(jr)
+        if lanes > 1:
+            sch.vectorize(jv)
+        sch.reverse_compute_at(epilogue, outer[-1])
+        # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
+        tile = sch.get_loops(epilogue)[len(outer):]  # unit loops are dropped: may be empty
+        for loop in tile[:-1]:
+            sch.unroll(loop)
+        if tile and lanes > 1 and int(sch.get(tile[-1]).extent) % lanes == 0:
+            colo, colv = sch.split(tile[-1], [None, lanes])
+            sch.unroll(colo)
+            sch.vectorize(colv)
+        elif tile:
+            sch.unroll(tile[-1])
+        parallelize(sch, outer, self.spec.cores)
+        # the rest (the B copy, a constant fill a dropout left behind): the generic spatial schedule
+        done = {self.name, sch.get(epilogue).name_hint}
+        for info in root_blocks(sch):
+            if info.name not in done and not info.is_reduction:
+                schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
+        sch.decompose_reduction(mm, inner[0])
+
+    def _pack_b(self, sch, mm):
+        """Copy B once into [..., N/V, K, V] so each tile's column panel is one contiguous stream."""
+        lanes, (nax, kax) = self.lanes, self.b_axes
+
+        def packed(*idx):
+            rest = [x for n, x in enumerate(idx) if n not in (nax, kax)]
+            return (*rest, idx[nax] // lanes, idx[kax], idx[nax] % lanes)
+
+        sch.transform_layout(sch.cache_read(mm, self.b_index, "global"), ("write", 0), packed)
+
+    def _epilogue(self, sch, mm):
+        """The block writing the tile out: the fused epilogue, or a cache-write stage when the matmul writes the
+        output itself. The matmul's own buffer becomes a tile-sized local accumulator."""
+        consumers = sch.get_consumers(mm)
+        if not consumers:
+            return sch.cache_write(mm, 0, "local")
+        if len(consumers) != 1:
+            raise ValueError("matmul result feeds several blocks")
+        sch.set_scope(mm, 0, "local")
+        return consumers[0]
+
+
+__all__ = ["MatmulTemplate", "vector_registers"]
