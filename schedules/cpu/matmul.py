@@ -16,19 +16,10 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
-from .common import CpuTemplate, divisors, inline_injective, parallelize, schedule_spatial
+from .common import CpuTemplate, inline_injective, parallelize, schedule_spatial
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
-
-
-def vector_registers(spec) -> int:
-    """Architectural vector registers: 32 with AVX-512 (also for 256-bit vectors through VL), else 16."""
-    return 32 if "avx512f" in spec.features or "sve" in spec.features else 16
-
-
-def _var(expr):
-    return expr if isinstance(expr, tirx.Var) else None
 
 
 def _uses_all(load, *variables) -> bool:
@@ -46,6 +37,7 @@ class MatmulTemplate(CpuTemplate):
 
         super().__init__(func, spec)
         sch = s_tir.Schedule(func)
+        inline_injective(sch)  # read the operands as apply() sees them: a transpose feeding B is folded in
         main = main_reduction(root_blocks(sch))
         kinds = main.iter_kinds
         if len(kinds) < 3 or main.reduce_axes != [len(kinds) - 1]:
@@ -62,12 +54,12 @@ class MatmulTemplate(CpuTemplate):
         if not (_uses_all(a_load, i, k) and _uses_all(b_load, j, k)):
             raise ValueError("matmul operands not indexed by (m, k) and (n, k)")
         indices = list(b_load.indices)
-        if len(indices) == 3 and indices[1].same_as(k) and _var(indices[0]) is None and _var(indices[2]) is None:
+        plain = [n for n, x in enumerate(indices) if isinstance(x, tirx.Var)]
+        if len(indices) == 3 and plain == [1] and indices[1].same_as(k):  # [j // V, k, j % V]
             self.layout = "packed"
         else:
             # positions of the N and K axes in B; the vector runs over N, so it must be B's innermost axis, or
             # B gets copied to the packed layout first
-            plain = [n for n, x in enumerate(indices) if _var(x) is not None]
             self.b_axes = (next(n for n in plain if indices[n].same_as(j)),
                            next(n for n in plain if indices[n].same_as(k)))
             self.layout = "nn" if self.b_axes[0] == len(indices) - 1 else "nt"
@@ -76,7 +68,7 @@ class MatmulTemplate(CpuTemplate):
         else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
             fits = [v for v in (spec.simd_width, spec.simd_width // 2, spec.simd_width // 4) if v >= 4]
             self.lanes = next((v for v in fits if self.n % v == 0), 1)
-        self.registers = vector_registers(spec)
+        self.registers = spec.vector_registers or 16
 
     @staticmethod
     def _operands(mac, i, j):
@@ -103,7 +95,7 @@ class MatmulTemplate(CpuTemplate):
         space = {
             "mr": self._mr_choices(),
             "nr": self._nr_choices(),
-            "order": ["n_outer", "m_outer"],
+            "order": ["n_outer", "m_outer"] if self.m > 1 else ["n_outer"],
             "unroll_k": [u for u in (1, 2, 4, 8) if self.k % u == 0],
         }
         if self.layout == "nn":
@@ -116,22 +108,23 @@ class MatmulTemplate(CpuTemplate):
         return accumulators + knobs["nr"] + 1 <= self.registers
 
     def default_knobs(self):
-        budget = self.registers - 4  # room for the B vectors and the broadcast A element
-
-        def cost(t):
-            mr, nr = t
-            # most FMAs per loaded element, then rows (an A broadcast is cheaper than a B vector load)
-            return (mr * nr / (mr + nr), mr)
+        def cost(tile):
+            mr, nr = tile
+            rows_used = self.m / (-(-self.m // mr) * mr)  # the last row tile may be partly empty
+            # most accumulators (FMAs per loaded element), then rows: a broadcast of A beats a load of B
+            return (mr * nr * rows_used, mr)
 
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
-                 if mr * nr + nr <= budget and self.valid({"mr": mr, "nr": nr})]
+                 if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if self.m < 4:  # a GEMV: memory-bound, spread the weight panels over the cores
-            tiles_per_core = (self.n // self.lanes) // self.spec.cores
-            nr = max(n for n in self._nr_choices() if n <= max(1, tiles_per_core // 4) and n * mr <= budget)
+        if self.m < 4:  # a GEMV: memory-bound; several weight panels per core keep the cores busy to the end
+            panels_per_core = (self.n // self.lanes) // self.spec.cores
+            nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
+                     and self.valid({"mr": mr, "nr": n}))
         knobs = {"mr": mr, "nr": nr, "order": "n_outer", "unroll_k": 1}
         if self.layout == "nn":
-            knobs["pack_b"] = self.m >= 2 * mr
+            # the copy costs K * N loads, like N * K / (M / mr) tile steps: worth it once B is reused enough
+            knobs["pack_b"] = self.m >= 4 * mr
         return knobs
 
     # -- schedule ------------------------------------------------------------------------------------------
@@ -139,7 +132,7 @@ class MatmulTemplate(CpuTemplate):
     def apply(self, sch, knobs):
         inline_injective(sch)
         mm = sch.get_sblock(self.name)
-        if self.layout == "nt" or self.layout == "nn" and knobs["pack_b"]:
+        if self.layout == "nt" or (self.layout == "nn" and knobs["pack_b"]):
             self._pack_b(sch, mm)
         epilogue = self._epilogue(sch, mm)
         mr, nr, lanes = knobs["mr"], knobs["nr"], self.lanes
@@ -198,4 +191,4 @@ class MatmulTemplate(CpuTemplate):
         return consumers[0]
 
 
-__all__ = ["MatmulTemplate", "vector_registers"]
+__all__ = ["MatmulTemplate"]
