@@ -1,0 +1,294 @@
+"""CPU schedule templates on small shapes: for every group of a model, the template's default config and a sample
+of its knob space (random and enumerated) must compute what the unscheduled group computes, and the compiled
+model (default configs) what onnxruntime computes.
+
+Families: matmul (packed-weight GEMV and GEMM, runtime-operand batch matmul NN and NT, a scalar tile), conv
+(plain, strided, padded, grouped, depthwise, batch-norm epilogue) and the generic template (pools, softmax,
+reductions). Configs are applied with `Template.apply`, not `schedule`, so a config that fails to apply fails
+the test instead of falling back to the default.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model
+
+RTOL, ATOL = 1e-4, 1e-4
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from xcomp.backends import get_backend
+
+    return get_backend("cpu")
+
+
+def _run(func, arrays, backend):
+    """Every buffer of `func` after running it alone on copies of `arrays`."""
+    import tvm
+
+    target = backend.target()
+    with target:
+        executable = tvm.compile(func.with_attr("global_symbol", "main"), target=target)
+    args = [tvm.runtime.tensor(a, backend.device()) for a in arrays]
+    executable.mod["main"](*args)
+    return [a.numpy() for a in args]
+
+
+def _configs(template, samples: int, enumerated: int) -> list:
+    """The default config, `samples` random ones and the first `enumerated` of the space, without repeats."""
+    configs = [template.default_knobs()]
+    configs += [template.sample(random.Random(seed)) for seed in range(samples)]
+    configs += list(template.enumerate(enumerated))
+    unique = []
+    for knobs in configs:
+        if knobs not in unique:
+            unique.append(knobs)
+    return unique
+
+
+def check_configs(func, template, backend, samples=8, enumerated=4):
+    """Each config applies and matches the unscheduled func on random data."""
+    from tvm import s_tir
+
+    from xcomp.autotune.measure import func_params, random_args
+
+    arrays = random_args(func_params(func), seed=0)
+    reference = _run(func, arrays, backend)
+    configs = _configs(template, samples, enumerated)
+    for knobs in configs:
+        assert template.valid(knobs), knobs
+        sch = s_tir.Schedule(func)
+        template.apply(sch, knobs)
+        for got, want in zip(_run(sch.mod["main"], arrays, backend), reference):
+            if np.issubdtype(want.dtype, np.floating):
+                np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=str(knobs))
+    return configs
+
+
+def _groups(module, kind):
+    from xcomp.partition import unique_groups
+
+    return [rep for rep, _ in unique_groups(module.groups).values() if rep.kind == kind]
+
+
+def _compile_and_check(model, inputs):
+    """The model compiled with default configs matches onnxruntime; returns the module."""
+    module = xcomp.compile(model)
+    assert_matches_ort(module, model, inputs, rtol=RTOL, atol=ATOL)
+    return module
+
+
+def _value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _const(name, shape, seed):
+    return numpy_helper.from_array(np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32), name)
+
+
+def _inputs(**shapes):
+    rng = np.random.default_rng(1)
+    return {name: rng.uniform(-1, 1, shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+# -- matmul --------------------------------------------------------------------------------------------------
+
+
+def dense_model(x_shape, n, relu=True):
+    """x @ W + b (relu): a constant weight, packed by our legalization when N allows a vector block."""
+    k = x_shape[-1]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["hb"])]
+    nodes.append(helper.make_node("Relu" if relu else "Identity", ["hb"], ["y"]))
+    return make_model(nodes, [_value("x", x_shape)], [_value("y", (*x_shape[:-1], n))],
+                      [_const("W", (k, n), 2), _const("B", (n,), 3)])
+
+
+@pytest.mark.parametrize(
+    "x_shape,n,layout",
+    [
+        ((1, 64), 48, "packed"),  # GEMV
+        ((1, 64), 40, "packed"),  # GEMV, N packed with a narrower vector block when the spec's does not divide it
+        ((3, 32), 10, "nn"),  # N too narrow to pack: TVM's legalization, a scalar tile
+        ((24, 32), 64, "packed"),  # GEMM
+        ((2, 20, 32), 96, "packed"),  # GEMM with a batch dim, a partial last row tile
+    ],
+    ids=["gemv", "gemv_narrow_pack", "scalar_tile", "gemm", "gemm_batched"],
+)
+def test_dense_matmul(x_shape, n, layout, backend):
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    model = dense_model(x_shape, n)
+    module = _compile_and_check(model, _inputs(x=x_shape))
+    (group,) = _groups(module, "matmul")
+    template = MatmulTemplate(group.func, backend.spec)
+    assert template.layout == layout
+    check_configs(group.func, template, backend)
+
+
+def test_batch_matmul_nn_and_nt(backend):
+    """Attention's two products: scores = Q @ K^T (an einsum reading K as [b, j, d]: NT) and out = P @ V (NN)."""
+    from xcomp.schedules import get_template
+
+    nodes = [
+        helper.make_node("Einsum", ["q", "k"], ["s"], equation="bid,bjd->bij"),
+        helper.make_node("MatMul", ["s", "v"], ["y"]),
+    ]
+    shapes = {"q": (2, 12, 16), "k": (2, 20, 16), "v": (2, 20, 24)}
+    model = make_model(nodes, [_value(n, s) for n, s in shapes.items()], [_value("y", (2, 12, 24))])
+    module = _compile_and_check(model, _inputs(**shapes))
+    layouts = []
+    for group in _groups(module, "matmul"):
+        template = get_template(group.func, backend.spec)
+        layouts.append(template.layout)
+        configs = check_configs(group.func, template, backend)
+        if template.layout == "nn":  # both sides of the pack knob were checked
+            assert {c["pack_b"] for c in configs} == {True, False}
+    assert sorted(layouts) == ["nn", "nt"]
+
+
+def _te_matmul(batch, m, n, k, transposed_b, lanes):
+    """A fused func as FuseTIR writes it for permute_dims + matmul: a transpose block feeding the matmul (the
+    template inlines it and reads B as [b, n, k]), and a packed-weight matmul + bias + relu with `lanes`."""
+    from tvm import te
+
+    from xcomp.schedules.cpu.legalize import packed_matmul
+
+    a = te.placeholder((batch, m, k), name="A")
+    if transposed_b:
+        b = te.placeholder((batch, n, k), name="B")
+        bt = te.compute((batch, k, n), lambda z, r, c: b[z, c, r], name="T_transpose")
+        r = te.reduce_axis((0, k), "k")
+        out = te.compute((batch, m, n), lambda z, i, j: te.sum(a[z, i, r] * bt[z, r, j], axis=r), name="matmul")
+        return te.create_prim_func([a, b, out])
+    packed = te.placeholder((n // lanes, k, lanes), name="P")
+    bias = te.placeholder((n,), name="bias")
+    mm = packed_matmul(a, packed)
+    out = te.compute((batch, m, n), lambda z, i, j: te.max(mm[z, i, j] + bias[j], 0.0), name="T_add")
+    return te.create_prim_func([a, packed, bias, out])
+
+
+@pytest.mark.parametrize("halve_lanes", [False, True], ids=["spec_lanes", "half_lanes"])
+def test_packed_matmul_any_vector_block(halve_lanes, backend):
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    lanes = backend.spec.simd_width // (2 if halve_lanes else 1)
+    func = _te_matmul(2, 9, 4 * lanes, 24, transposed_b=False, lanes=lanes)
+    template = MatmulTemplate(func, backend.spec)
+    assert (template.layout, template.lanes) == ("packed", lanes)
+    check_configs(func, template, backend)
+
+
+def test_fused_transpose_reads_as_nt(backend):
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    func = _te_matmul(3, 10, 2 * backend.spec.simd_width, 12, transposed_b=True, lanes=0)
+    template = MatmulTemplate(func, backend.spec)
+    assert template.layout == "nt"
+    check_configs(func, template, backend)
+
+
+@pytest.mark.slow
+def test_matmul_whole_knob_space(backend):
+    """Every valid config of a batched GEMM with a partial last row tile and a runtime NN operand."""
+    from tvm import te
+
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    lanes = backend.spec.simd_width
+    a = te.placeholder((2, 13, 16), name="A")
+    b = te.placeholder((2, 16, 6 * lanes), name="B")
+    r = te.reduce_axis((0, 16), "k")
+    out = te.compute((2, 13, 6 * lanes), lambda z, i, j: te.sum(a[z, i, r] * b[z, r, j], axis=r), name="matmul")
+    func = te.create_prim_func([a, b, out])
+    template = MatmulTemplate(func, backend.spec)
+    configs = check_configs(func, template, backend, samples=0, enumerated=None)
+    assert len(configs) > 100
+
+
+def test_matmul_default_tile_fits_the_registers(backend):
+    """The default register tile: every accumulator, B vector and the A broadcast in the register file, and a
+    GEMV spread over at least two panels per core."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    spec = backend.spec
+    lanes = spec.simd_width
+    for registers in (16, 32):
+        variant = dataclasses.replace(spec, vector_registers=registers)
+        gemm = MatmulTemplate(_te_matmul(1, 256, 16 * lanes, 64, False, lanes), variant).default_knobs()
+        assert gemm["mr"] * gemm["nr"] + gemm["nr"] + 1 <= registers
+        assert gemm["mr"] * gemm["nr"] >= registers // 2, gemm  # not a needlessly small tile
+        gemv = MatmulTemplate(_te_matmul(1, 1, 64 * lanes, 64, False, lanes), variant).default_knobs()
+        assert gemv["mr"] == 1 and 64 // gemv["nr"] >= 2 * spec.cores, gemv
+
+
+# -- conv ----------------------------------------------------------------------------------------------------
+
+
+def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=False):
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[kernel, kernel], strides=[stride] * 2,
+                              pads=[pad] * 4, group=group)]
+    inits = [_const("W", (c_out, c_in // group, kernel, kernel), 4), _const("B", (c_out,), 5)]
+    if batch_norm:
+        nodes.append(helper.make_node("BatchNormalization", ["c", "s", "o", "mu", "var"], ["n"]))
+        inits += [_const("s", (c_out,), 6), _const("o", (c_out,), 7), _const("mu", (c_out,), 8),
+                  numpy_helper.from_array(np.linspace(0.5, 2, c_out).astype(np.float32), "var")]
+    nodes.append(helper.make_node("Relu", [nodes[-1].output[0]], ["y"]))
+    out = (size + 2 * pad - kernel) // stride + 1
+    return make_model(nodes, [_value("x", (1, c_in, size, size))], [_value("y", (1, c_out, out, out))], inits)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        dict(c_in=8, c_out=32, size=10, kernel=3),
+        dict(c_in=8, c_out=32, size=11, kernel=3, stride=2, pad=1),
+        dict(c_in=16, c_out=32, size=8, kernel=3, pad=1, group=2),
+        dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
+        dict(c_in=4, c_out=32, size=7, kernel=1, batch_norm=True),
+    ],
+    ids=["plain", "strided_padded", "grouped", "depthwise", "pointwise_batch_norm"],
+)
+def test_conv(args, backend):
+    from xcomp.schedules.cpu.conv import ConvTemplate
+
+    module = _compile_and_check(conv_model(**args), _inputs(x=(1, args["c_in"], args["size"], args["size"])))
+    (group,) = _groups(module, "conv")
+    check_configs(group.func, ConvTemplate(group.func, backend.spec), backend, samples=6, enumerated=3)
+
+
+# -- the generic template ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "node,kind",
+    [
+        (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "pool"),
+        (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2]), "pool"),
+        (helper.make_node("Softmax", ["x"], ["y"], axis=-1), "reduction"),
+        (helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1), "reduction"),
+    ],
+    ids=["maxpool", "avgpool", "softmax", "reduce_mean"],
+)
+def test_generic_template(node, kind, backend):
+    from xcomp.schedules import get_template
+    from xcomp.schedules.cpu import GenericTemplate
+
+    x_shape = (1, 8, 12, 16)
+    out = {"MaxPool": (1, 8, 6, 8), "AveragePool": (1, 8, 6, 8), "ReduceMean": (1, 8, 1, 1)}.get(node.op_type,
+                                                                                               x_shape)
+    model = make_model([node], [_value("x", x_shape)], [_value("y", out)], opset=17)
+    module = _compile_and_check(model, _inputs(x=x_shape))
+    (group,) = _groups(module, kind)
+    template = get_template(group.func, backend.spec)
+    assert isinstance(template, GenericTemplate)
+    configs = check_configs(group.func, template, backend, samples=2, enumerated=6)
+    assert len(configs) == template.space_size()  # the whole (small) space
