@@ -108,11 +108,16 @@ class MatmulTemplate(CpuTemplate):
         return accumulators + knobs["nr"] + 1 <= self.registers
 
     def default_knobs(self):
+        l2 = self.spec.cache_bytes[1] if self.spec.cache_bytes else 0
+
         def cost(tile):
             mr, nr = tile
+            # the tile's column panel of B (K x nr vectors) is re-read for every row tile: keep it in L2
+            panel_fits = not l2 or self.k * nr * self.lanes * 4 <= l2 * 3 // 4
             rows_used = self.m / (-(-self.m // mr) * mr)  # the last row tile may be partly empty
-            # most accumulators (FMAs per loaded element), then rows: a broadcast of A beats a load of B
-            return (mr * nr * rows_used, mr)
+            # then most accumulators (FMAs per k step), then fewest loads per k step, a vector of B (streamed
+            # from L2) counting as two broadcasts of A (from L1), then most rows
+            return (panel_fits, mr * nr * rows_used, -(mr + 2 * nr), mr)
 
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
