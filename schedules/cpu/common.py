@@ -18,10 +18,6 @@ def divisors(n: int, limit: int | None = None) -> list:
     return [d for d in range(1, (limit or n) + 1) if n % d == 0]
 
 
-def largest_divisor(n: int, limit: int) -> int:
-    return max(divisors(n, min(n, limit)))
-
-
 def loop_extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
@@ -78,6 +74,18 @@ def is_pure_copy(info) -> bool:
 
     value = getattr(info.block.body, "value", None)
     return not info.is_reduction and isinstance(value, tvm.ir.expr.TensorLoad)
+
+
+def tile_epilogue(sch, block):
+    """The block that writes a register tile out: the fused epilogue, or a cache-write stage when `block` writes
+    the output itself. `block`'s own buffer becomes a tile-sized local accumulator."""
+    consumers = sch.get_consumers(block)
+    if not consumers:
+        return sch.cache_write(block, 0, "local")
+    if len(consumers) != 1:
+        raise ValueError(f"{sch.get(block).name_hint} result feeds several blocks")
+    sch.set_scope(block, 0, "local")
+    return consumers[0]
 
 
 # -- the generic schedule ----------------------------------------------------------------------------------
@@ -167,5 +175,5 @@ class GenericTemplate(CpuTemplate):
             generic_schedule(sch, self.spec, knobs)
 
 
-__all__ = ["CpuTemplate", "GenericTemplate", "divisors", "largest_divisor", "inline_injective", "is_pure_copy",
+__all__ = ["CpuTemplate", "GenericTemplate", "divisors", "inline_injective", "tile_epilogue", "is_pure_copy",
            "schedule_spatial", "schedule_reduction", "parallelize", "generic_schedule", "main_reduction"]

@@ -11,7 +11,8 @@ columns of one channel, weights broadcast.
 from __future__ import annotations
 
 from ..analysis import main_reduction, root_blocks
-from .common import CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial
+from .common import (CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial,
+                     tile_epilogue)
 
 
 
@@ -101,7 +102,7 @@ class ConvTemplate(CpuTemplate):
         keep = (self.pad_name,) if knobs.get("pad") == "stage" else ()
         inline_injective(sch, keep=keep)
         conv = sch.get_sblock(self.conv_name)
-        epilogue = self._epilogue(sch, conv)
+        epilogue = tile_epilogue(sch, conv)
         if self.lanes:
             # accumulator vectors run over output channels: make them the innermost (contiguous) axis, or LLVM
             # gathers every accumulator from a strided tile on each FMA instead of keeping it in a register
@@ -132,17 +133,6 @@ class ConvTemplate(CpuTemplate):
         if keep:
             schedule_spatial(sch, sch.get_sblock(self.pad_name), self.spec.simd_width, self.spec.cores)
         sch.decompose_reduction(conv, ci)
-
-    def _epilogue(self, sch, conv):
-        """The block writing the tile out: the fused epilogue, or a cache-write stage when the conv writes the
-        output itself. The conv's own buffer becomes a tile-sized local accumulator."""
-        consumers = sch.get_consumers(conv)
-        if not consumers:
-            return sch.cache_write(conv, 0, "local")
-        if len(consumers) != 1:
-            raise ValueError("conv result feeds several blocks")
-        sch.set_scope(conv, 0, "local")
-        return consumers[0]
 
 
 __all__ = ["ConvTemplate"]

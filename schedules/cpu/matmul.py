@@ -16,7 +16,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
-from .common import CpuTemplate, inline_injective, parallelize, schedule_spatial
+from .common import CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -139,7 +139,7 @@ class MatmulTemplate(CpuTemplate):
         mm = sch.get_sblock(self.name)
         if self.layout == "nt" or (self.layout == "nn" and knobs["pack_b"]):
             self._pack_b(sch, mm)
-        epilogue = self._epilogue(sch, mm)
+        epilogue = tile_epilogue(sch, mm)
         mr, nr, lanes = knobs["mr"], knobs["nr"], self.lanes
         *batch, i, j, k = sch.get_loops(mm)
         io, ir = sch.split(i, [None, mr])
@@ -183,17 +183,6 @@ class MatmulTemplate(CpuTemplate):
             return (*rest, idx[nax] // lanes, idx[kax], idx[nax] % lanes)
 
         sch.transform_layout(sch.cache_read(mm, self.b_index, "global"), ("write", 0), packed)
-
-    def _epilogue(self, sch, mm):
-        """The block writing the tile out: the fused epilogue, or a cache-write stage when the matmul writes the
-        output itself. The matmul's own buffer becomes a tile-sized local accumulator."""
-        consumers = sch.get_consumers(mm)
-        if not consumers:
-            return sch.cache_write(mm, 0, "local")
-        if len(consumers) != 1:
-            raise ValueError("matmul result feeds several blocks")
-        sch.set_scope(mm, 0, "local")
-        return consumers[0]
 
 
 __all__ = ["MatmulTemplate"]
