@@ -12,6 +12,22 @@ from xcomp.module import latency_stats
 BASELINES = ("onnxruntime",)
 
 
+def interleaved_samples(runners: dict, repeat: int, warmup: int, progress: bool) -> dict:
+    """{key: [ms, ...]}: every runner called once per round, in turn, so machine noise hits them all alike."""
+    from xcomp.progress import bar
+
+    for _ in range(warmup):
+        for run in runners.values():
+            run()
+    samples = {key: [] for key in runners}
+    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
+        for key, run in runners.items():
+            t = time.perf_counter()
+            run()
+            samples[key].append((time.perf_counter() - t) * 1e3)
+    return samples
+
+
 class OnnxRuntimeBaseline:
     name = "onnxruntime"
 
@@ -40,8 +56,6 @@ def _serialized(model):
 def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=None, warmup=3, repeat=30,
                 seed=0, progress=True) -> dict:
     """Compile, then time xcomp and each baseline alternately on the same random inputs."""
-    from xcomp.progress import bar
-
     import xcomp
 
     for name in baselines:
@@ -63,15 +77,7 @@ def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=No
         ours = [outputs["xcomp"][s.name] for s in module.outputs]
         results[name]["max_abs_diff"] = float(max(np.max(np.abs(a - np.asarray(b))) for a, b in
                                                   zip(ours, outputs[name])))
-    for _ in range(warmup):
-        for run in runners.values():
-            run()
-    samples = {name: [] for name in runners}
-    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
-        for name, run in runners.items():  # interleaved: machine noise hits every runner alike
-            t = time.perf_counter()
-            run()
-            samples[name].append((time.perf_counter() - t) * 1e3)
+    samples = interleaved_samples(runners, repeat, warmup, progress)
     for name in runners:
         results[name].update(latency_stats(samples[name]))
     for name in baselines:

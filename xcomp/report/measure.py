@@ -74,8 +74,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
             profile_groups=True, blas=True, progress=True):
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes."""
     import xcomp
-    from xcomp.bench import OnnxRuntimeBaseline, _serialized
-    from xcomp.progress import bar
+    from xcomp.bench import OnnxRuntimeBaseline, _serialized, interleaved_samples
 
     from .blas import blas_rows
 
@@ -127,15 +126,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                 entry["check"] = {"reference": reference[1],
                                   "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference])}
 
-    for _ in range(warmup):
-        for run in runners.values():
-            run()
-    samples = {key: [] for key in runners}
-    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
-        for key, run in runners.items():  # interleaved: machine noise hits every runner alike
-            t = time.perf_counter()
-            run()
-            samples[key].append((time.perf_counter() - t) * 1e3)
+    samples = interleaved_samples(runners, repeat, warmup, progress)
 
     for key, values in samples.items():
         if key[0] == "baseline":
