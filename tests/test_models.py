@@ -8,9 +8,9 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 import xcomp
+from xcomp.examples import read_test_data
 from conftest import assert_matches_ort, data_dir
 
 LIGHT = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(data_dir("light", "*.onnx")))
@@ -45,17 +45,7 @@ def _load_case(set_name, case):
     names = [i.name for i in model.graph.input if i.name not in inits]
     data = os.path.join(folder, "test_data_set_0")
 
-    def read(prefix):
-        files = sorted(glob.glob(os.path.join(data, f"{prefix}_*.pb")), key=lambda p: int(p.rsplit("_", 1)[1][:-3]))
-        out = []
-        for f in files:
-            t = onnx.TensorProto()
-            with open(f, "rb") as fh:
-                t.ParseFromString(fh.read())
-            out.append(numpy_helper.to_array(t))
-        return out
-
-    return os.path.join(folder, "model.onnx"), dict(zip(names, read("input"))), read("output")
+    return os.path.join(folder, "model.onnx"), dict(zip(names, read_test_data(data, "input"))), read_test_data(data, "output")
 
 
 # Cases that cannot pass yet, each with its reason (strict: a fix shows up as XPASS and must be removed here).

@@ -20,6 +20,7 @@ import numpy as np
 from xcomp.progress import bar
 
 from xcomp.errors import describe
+from xcomp.examples import read_test_data
 
 SETS = ("node", "light", "pytorch-converted", "pytorch-operator", "simple")
 OPSET_RANGE = (7, 22)
@@ -90,7 +91,6 @@ def collect(sets=SETS, sample: bool = False, ops=None) -> list:
 def _load_case(case):
     """(ModelProto, [input arrays] or None, [expected outputs] or None)."""
     import onnx
-    from onnx import numpy_helper
 
     if case.data is not None:
         model = onnx.ModelProto()
@@ -101,18 +101,7 @@ def _load_case(case):
     if not os.path.isdir(data):
         return model, None, None
 
-    def read(prefix):
-        files = sorted(glob.glob(os.path.join(data, f"{prefix}_*.pb")),
-                       key=lambda p: int(p.rsplit("_", 1)[1][:-3]))
-        out = []
-        for f in files:
-            t = onnx.TensorProto()
-            with open(f, "rb") as fh:
-                t.ParseFromString(fh.read())
-            out.append(numpy_helper.to_array(t))
-        return out
-
-    return model, read("input"), read("output")
+    return model, read_test_data(data, "input"), read_test_data(data, "output")
 
 
 def _close(got, want, case) -> bool:

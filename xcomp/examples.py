@@ -43,3 +43,21 @@ def resolve(model: str) -> str:
         light = sorted(n for n in models if n.startswith("light_"))
         raise ModelLoadError(f"{model}: no model {name!r} ships with onnx; try one of {', '.join(light)}")
     return models[name]
+
+
+def read_test_data(folder: str, prefix: str) -> list:
+    """The arrays of `prefix`_0.pb, `prefix`_1.pb, ... (prefix "input" or "output") in a shipped test_data_set
+    folder, in index order."""
+    import glob
+
+    import onnx
+    from onnx import numpy_helper
+
+    files = sorted(glob.glob(os.path.join(folder, f"{prefix}_*.pb")), key=lambda p: int(p.rsplit("_", 1)[1][:-3]))
+    arrays = []
+    for path in files:
+        tensor = onnx.TensorProto()
+        with open(path, "rb") as f:
+            tensor.ParseFromString(f.read())
+        arrays.append(numpy_helper.to_array(tensor))
+    return arrays
