@@ -38,8 +38,13 @@ class OnnxRuntimeBaseline:
             raise UserError("baseline onnxruntime is not installed (pip install onnxruntime)") from None
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
+        # ORT's pool threads spin for a while after each run; interleaved with xcomp they would steal the cores
+        # xcomp's next run needs (squeezenet: xcomp 4.9 ms alone, 29.4 ms interleaved with spinning on, 4.9 with
+        # it off; onnxruntime itself 2.5 vs 2.7 ms, within noise).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(model_path_or_bytes, opts, providers=["CPUExecutionProvider"])
         self.version = ort.__version__
+        self.settings = {"providers": ["CPUExecutionProvider"], "intra_op_allow_spinning": False}
 
     def __call__(self, inputs: dict):
         return self.session.run(None, inputs)
@@ -70,7 +75,7 @@ def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=No
     for name in baselines:
         baseline = OnnxRuntimeBaseline(_serialized(model))
         runners[name] = lambda b=baseline: b(inputs)
-        results[name] = {"version": baseline.version}
+        results[name] = {"version": baseline.version, "settings": baseline.settings}
 
     outputs = {name: run() for name, run in runners.items()}
     for name in baselines:  # same inputs, so the answers must agree

@@ -55,11 +55,21 @@ def _cache_sizes() -> tuple:
     return (sizes.get(1, 0), sizes.get(2, 0), sizes.get(3, 0))
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """Physical cores this process may run on: SMT siblings share one core's FMA units, so they count once."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = os.sched_getaffinity(0)
     except AttributeError:
         return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as f, open(f"{topology}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            return len(cpus)
+    return len(cores) or len(cpus)
 
 
 _INTERESTING = ("avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "avxvnni", "amx-tile", "amx-bf16",
@@ -97,7 +107,7 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
     if "amx-tile" in feats:
         matrix.append(MatrixCoreShape("amx.tdpbf16ps", 16, 16, 32, "bfloat16", "float32"))
 
-    cores = _usable_cores() if host else 1
+    cores = usable_cores() if host else 1
     ghz = _cpu_mhz() / 1000.0 if host else 2.0
     has_fma = "fma" in feats or "neon" in feats
     fp32_peak = cores * ghz * 1e9 * lanes * (2 if has_fma else 1) * _FMA_UNITS

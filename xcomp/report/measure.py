@@ -104,7 +104,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
         if name == "onnxruntime":
             runner = OnnxRuntimeBaseline(_serialized(model))
             baseline_entries[name] = {"name": name, "device": "cpu", "status": "measured",
-                                      "version": runner.version, "providers": ["CPUExecutionProvider"]}
+                                      "version": runner.version, **runner.settings}
         elif name == "torch":
             status = torch_status()
             if status["status"] != "available":
