@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 import xcomp
-from xcomp.examples import read_test_data
-from conftest import assert_matches_ort, data_dir
+from xcomp.examples import read_test_data, with_random_weights
+from conftest import data_dir, ort_run
 
 LIGHT = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(data_dir("light", "*.onnx")))
 # Big ones (tens of GFLOPs per run, hundreds of MB of folded weights) run in the slow set.
@@ -26,10 +26,19 @@ def test_all_nine_light_models_are_shipped():
     "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LIGHT else n for n in LIGHT]
 )
 def test_light_model_matches_onnxruntime(name):
-    path = data_dir("light", name + ".onnx")
-    module = xcomp.compile(path)
+    """With random weights: the shipped ones are one constant, under which every channel computes the same value
+    and the softmax is uniform, so a mixed-up channel or pixel would still match."""
+    model = with_random_weights(onnx.load(data_dir("light", name + ".onnx")), seed=0)
+    module = xcomp.compile(model)
     inputs = module.random_inputs(seed=1)
-    assert_matches_ort(module, path, inputs)
+    ours, ref = module.run(inputs), ort_run(model, inputs)
+    logits = ref[-1]
+    assert logits.std() > 1e-2 * np.abs(logits).max(), "degenerate logits: the check would be vacuous"
+    for (output, got), want in zip(ours.items(), ref):
+        # activations grow through the random layers: compare at the output's scale (errors of a mixed-up
+        # channel are of the order of the logits' spread)
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale, err_msg=f"{name} output {output}")
 
 
 def _cases(set_name):

@@ -61,3 +61,51 @@ def read_test_data(folder: str, prefix: str) -> list:
             tensor.ParseFromString(f.read())
         arrays.append(numpy_helper.to_array(tensor))
     return arrays
+
+
+def with_random_weights(model, seed: int = 0):
+    """A copy of a shipped light model whose weights are random, with its logits exposed as outputs.
+
+    The light models fill every weight with one constant (ConstantOfShape 0.02): all channels compute the same
+    value and the softmax output is uniform, so a compiler that mixes channels or pixels up still matches. Here
+    each such weight gets seeded random values (He-scaled when it has a fan-in, in [0.5, 1.5] when it is a
+    vector: a valid batch-norm variance as well as a scale or bias), and the logits before a final Softmax
+    become an extra output.
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    shapes = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    rng = np.random.default_rng(seed)
+    kept = []
+    for node in graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            kept.append(node)
+            continue
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        if len(shape) >= 2:
+            limit = float(np.sqrt(6.0 / max(1, int(np.prod(shape[1:])))))
+            value = rng.uniform(-limit, limit, shape)
+        else:
+            value = rng.uniform(0.5, 1.5, shape)
+        graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        if model.ir_version < 4:  # before IR 4 every initializer must also be a graph input
+            graph.input.append(helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {name for node in kept for name in node.input}
+    unused = [t for t in graph.initializer if t.name not in used and t.name in shapes]
+    for tensor in unused:  # the shapes the replaced ConstantOfShape nodes read
+        graph.initializer.remove(tensor)
+    for value in [v for v in graph.input if v.name in {t.name for t in unused}]:
+        graph.input.remove(value)
+    last = graph.node[-1]
+    if last.op_type == "Softmax":  # the logits have the probabilities' shape
+        probabilities = next(o for o in graph.output if o.name == last.output[0])
+        logits = graph.output.add()
+        logits.CopyFrom(probabilities)
+        logits.name = last.input[0]
+    return model
