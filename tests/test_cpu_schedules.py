@@ -253,16 +253,29 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         dict(c_in=8, c_out=32, size=11, kernel=3, stride=2, pad=1),
         dict(c_in=16, c_out=32, size=8, kernel=3, pad=1, group=2),
         dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
+        dict(c_in=24, c_out=24, size=10, kernel=3, stride=2, pad=1, group=24),
         dict(c_in=4, c_out=32, size=7, kernel=1, batch_norm=True),
+        # 6 channels per group cannot fill a vector: weights stay OIHW, pixels are vectorized instead
+        dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
+        dict(c_in=12, c_out=18, size=9, kernel=3, pad=1, group=3),
     ],
-    ids=["plain", "strided_padded", "grouped", "depthwise", "pointwise_batch_norm"],
+    ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "pointwise_batch_norm",
+         "narrow_groups_pointwise", "narrow_groups"],
 )
 def test_conv(args, backend):
     from xcomp.schedules.cpu.conv import ConvTemplate
 
     module = _compile_and_check(conv_model(**args), _inputs(x=(1, args["c_in"], args["size"], args["size"])))
     (group,) = _groups(module, "conv")
-    check_configs(group.func, ConvTemplate(group.func, backend.spec), backend, samples=6, enumerated=3)
+    template = ConvTemplate(group.func, backend.spec)
+    depthwise = args.get("group", 1) == args["c_in"] == args["c_out"]
+    narrow = not depthwise and args["c_out"] // args.get("group", 1) % 4 != 0
+    assert (template.lanes == 0) == narrow, template.lanes
+    if narrow:
+        assert template.fused_pixels == (args["kernel"] == 1)
+    if depthwise:  # the input is copied into channel vectors first
+        assert template.pad_name == "data_pack"
+    check_configs(group.func, template, backend, samples=6, enumerated=3)
 
 
 # -- the generic template ------------------------------------------------------------------------------------

@@ -4,13 +4,14 @@ relu) fused into the tile's write-back.
 Packed weights ([O/V, I, KH, KW, V], see legalize.py): the tile is `ow_block` output columns x `co_block`
 vectors of V output channels. Per (ci, kh, kw) it loads co_block weight vectors, broadcasts ow_block inputs and
 does co_block * ow_block FMAs into accumulators that stay in registers.
-Unpacked weights (depthwise, grouped convs whose groups are too narrow to pack): the tile is a vector of output
-columns of one channel, weights broadcast.
+Unpacked weights (grouped convs whose groups are too narrow to pack, e.g. 34 channels): the tile is `co_block`
+channels of one group x `pixel_block` vectors of output pixels, each weight broadcast. A 1x1 stride-1 conv runs
+over all pixels of a channel as one contiguous axis (28x28 = 49 vectors of 16), others over each row's columns.
 """
 
 from __future__ import annotations
 
-from ..analysis import main_reduction, root_blocks
+from ..analysis import mac_operands, main_reduction, root_blocks
 from .common import (CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial,
                      tile_epilogue)
 
@@ -41,10 +42,29 @@ class ConvTemplate(CpuTemplate):
         self.reduce_volume = main.extents[4] * main.extents[5] * main.extents[6]  # ci * kh * kw
         weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
         self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
+        if not self.lanes:
+            self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
         # a real padding stage (a zero-width one is a copy and gets inlined)
         self.pad_name = next((b.name for b in infos if b.name in producers and not b.is_reduction
                               and not is_pure_copy(b)), None)
+
+    def _describe_unpacked(self, main):
+        """Groups and the vectorized pixel axis of a conv on plain OIHW weights."""
+        in_per_group, kh, kw = main.extents[4:]
+        weight = (self.out_channels, in_per_group, kh, kw)
+        loads = [tuple(int(d) for d in load.source.shape) for load in mac_operands(main.block)]
+        data = next(shape for shape in loads if shape != weight)
+        self.groups = data[1] // in_per_group
+        # 1x1, stride 1, unpadded: a channel's pixels are one contiguous run (flattening turns y * W + x back
+        # into the pixel index), so vectors need not fit in a row
+        self.fused_pixels = kh == kw == 1 and data[2:] == (self.out_h, self.out_w)
+        self.pixels = self.out_h * self.out_w if self.fused_pixels else self.out_w
+
+    def _vector_choices(self) -> list:
+        """Lanes of the pixel vector: divisors of the pixel axis up to the SIMD width (7 and 14 included: a row
+        of 7 or 14 columns is better one short vector than scalars)."""
+        return [d for d in divisors(self.pixels, self.spec.simd_width) if d > 1] or [1]
 
     # -- knobs ---------------------------------------------------------------------------------------------
 
@@ -60,7 +80,9 @@ class ConvTemplate(CpuTemplate):
                 "unroll_kw": [True, False],
             }
         else:
-            space = {"oh_block": oh_blocks, "ow_block": divisors(self.out_w, 8 * self.spec.simd_width),
+            space = {"co_block": divisors(self.out_channels // self.groups, 8),
+                     "oh_block": [1] if self.fused_pixels else oh_blocks,
+                     "vector": self._vector_choices(), "pixel_block": list(range(1, 9)),
                      "unroll_kw": [True, False]}
         if self.pad_name:
             space["pad"] = ["stage", "inline"]
@@ -70,15 +92,21 @@ class ConvTemplate(CpuTemplate):
         rows = knobs.get("oh_block", 1)
         if self.lanes:
             return knobs["co_block"] * rows * knobs["ow_block"] <= accumulator_budget(self.spec)[1]
-        return rows * knobs["ow_block"] <= 8 * self.spec.simd_width
+        return (self._tile_fits(knobs["vector"], knobs["pixel_block"])
+                and knobs["co_block"] * rows * knobs["pixel_block"] <= accumulator_budget(self.spec)[1])
+
+    def _tile_fits(self, vector: int, pixel_block: int) -> bool:
+        """The pixel tile divides the pixel axis; over fused pixels it must also be whole rows, or the fused
+        epilogue's (y, x) region would not be the tile's."""
+        tile = vector * pixel_block
+        return self.pixels % tile == 0 and (not self.fused_pixels or tile % self.out_w == 0)
 
     def default_knobs(self):
         knobs = {"unroll_kw": True, "oh_block": 1}
         if self.pad_name:
             knobs["pad"] = "stage"
         if not self.lanes:
-            knobs["ow_block"] = max(divisors(self.out_w, 4 * self.spec.simd_width))
-            return knobs
+            return self._default_unpacked(knobs)
         # The weights of one channel tile are re-read for every column tile: keep them in half the L1 (measured on
         # resnet50's 3x3 convs: 4 channel vectors streaming from L2 ran at 92 GFLOP/s, 2 fitting L1 at 122).
         l1 = self.spec.cache_bytes[0] or 32 * 1024
@@ -96,6 +124,16 @@ class ConvTemplate(CpuTemplate):
         knobs["order"] = "co_outer"
         return knobs
 
+    def _default_unpacked(self, knobs):
+        # the widest vector, then most accumulators within the default budget, favouring more channels (each
+        # input vector then feeds more FMAs)
+        budget = accumulator_budget(self.spec)[0]
+        knobs["vector"], knobs["co_block"], knobs["pixel_block"] = max(
+            ((v, cb, pb) for v in self._vector_choices() for cb in divisors(self.out_channels // self.groups, 8)
+             for pb in range(1, 9) if cb * pb <= budget and self._tile_fits(v, pb)),
+            key=lambda t: (t[0], t[1] * t[2], t[1]), default=(self._vector_choices()[-1], 1, 1))
+        return knobs
+
     # -- schedule ------------------------------------------------------------------------------------------
 
     def apply(self, sch, knobs):
@@ -109,29 +147,46 @@ class ConvTemplate(CpuTemplate):
             lanes = self.lanes
             sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, c // lanes, h, w, c % lanes))
         n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
-        oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
-        owo, owi = sch.split(ow, [None, knobs["ow_block"]])
         if self.lanes:
+            oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
+            owo, owi = sch.split(ow, [None, knobs["ow_block"]])
             coo, cob, cov = sch.split(co, [None, knobs["co_block"], self.lanes])
             outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
+            tile = owo
             sch.reorder(*outer, owo, ci, kh, kw, cob, ohi, owi, cov)
             for loop in (cob, ohi, owi):
                 sch.unroll(loop)
             sch.vectorize(cov)
         else:
-            outer = [n, co, oho]
-            sch.reorder(*outer, owo, ci, kh, kw, ohi, owi)
-            sch.unroll(ohi)
-            sch.vectorize(owi)
+            # channels split by group first, so the input channel (group * in_per_group + ci) is loop-invariant
+            # across the channel tile
+            group, in_group = sch.split(co, [self.groups, None])
+            cgo, cb = sch.split(in_group, [None, knobs["co_block"]])
+            if self.fused_pixels:
+                outer, rows, pixels = [n, group, cgo], [], sch.fuse(oh, ow)
+            else:
+                oho, ohi = sch.split(oh, [None, knobs["oh_block"]])
+                outer, rows, pixels = [n, group, cgo, oho], [ohi], ow
+            tile, pb, pv = sch.split(pixels, [None, knobs["pixel_block"], knobs["vector"]])
+            sch.reorder(*outer, tile, ci, kh, kw, cb, *rows, pb, pv)
+            for loop in (cb, *rows, pb):
+                sch.unroll(loop)
+            sch.vectorize(pv)
         if knobs["unroll_kw"]:
             sch.unroll(kw)
-        sch.reverse_compute_at(epilogue, owo)
+        sch.reverse_compute_at(epilogue, tile)
         # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
         for loop in sch.get_loops(epilogue)[len(outer) + 1:]:
             sch.unroll(loop)
         parallelize(sch, outer, self.spec.cores)
         if keep:
-            schedule_spatial(sch, sch.get_sblock(self.pad_name), self.spec.simd_width, self.spec.cores)
+            stage = sch.get_sblock(self.pad_name)
+            loops = sch.get_loops(stage)
+            if len(loops) == 5:  # the depthwise input's channel-vector copy [n, c/V, h, w, V]: one vector per pixel
+                sch.vectorize(loops[-1])
+                parallelize(sch, loops[:3], self.spec.cores)
+            else:
+                schedule_spatial(sch, stage, self.spec.simd_width, self.spec.cores)
         sch.decompose_reduction(conv, ci)
 
 

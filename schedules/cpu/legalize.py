@@ -2,7 +2,8 @@
 the innermost `lanes` output channels / columns are contiguous and a template can keep a vector of them per FMA.
 
 Data stays NCHW / row-major and outputs keep their shapes, so nothing changes at graph level. Anything we do not
-handle (non-constant or non-fp32 weights, other layouts, depthwise conv) goes to TVM's own legalization.
+handle (non-constant or non-fp32 weights, other layouts, depthwise convs with a channel multiplier) goes to TVM's
+own legalization.
 """
 
 from __future__ import annotations
@@ -75,6 +76,39 @@ def packed_conv2d(data, packed, strides, padding, dilation, groups):
     return te.compute((n, out_channels, oh, ow), body, name="conv2d_nchw")
 
 
+def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
+    """Depthwise NCHW conv2d on a [C/V, 1, KH, KW, V] weight. The padded input is first copied into channel
+    vectors ([N, C/V, H, W, V], stage "data_pack"): each tap then loads one contiguous vector of V channels instead
+    of gathering them H*W apart, and stride-2 convs vectorize as well as stride-1 ones (NCHW rows of 7..28
+    columns do not fill a 16-lane vector)."""
+    from tvm import te, tirx
+
+    n, channels, h, w = (int(d) for d in data.shape)
+    _, _, kh, kw, lanes = (int(d) for d in packed.shape)
+    sh, sw = strides
+    dh, dw = dilation
+    top, left, bottom, right = padding
+    ph, pw = h + top + bottom, w + left + right
+
+    def pack(b, cb, y, x, v):
+        inside = tirx.all(y >= top, y < top + h, x >= left, x < left + w)
+        value = data[b, cb * lanes + v, tirx.max(y - top, 0), tirx.max(x - left, 0)]
+        return tirx.if_then_else(inside, value, tirx.const(0.0, data.dtype))
+
+    packed_data = te.compute((n, channels // lanes, ph, pw, lanes), pack, name="data_pack")
+    oh = (ph - (kh - 1) * dh - 1) // sh + 1
+    ow = (pw - (kw - 1) * dw - 1) // sw + 1
+    rc = te.reduce_axis((0, 1), "rc")  # one input channel per output: kept so every conv has (ci, kh, kw) axes
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+
+    def body(b, c, y, x):
+        tap = packed_data[b, c // lanes, y * sh + ry * dh, x * sw + rx * dw, c % lanes]
+        return te.sum(tap * packed[c // lanes, rc, ry, rx, c % lanes], axis=[rc, ry, rx])
+
+    return te.compute((n, channels, oh, ow), body, name="depthwise_conv2d_nchw")
+
+
 def packed_matmul(a, packed):
     """[..., M, K] x [N/V, K, V] -> [..., M, N]."""
     from tvm import te
@@ -102,15 +136,21 @@ def _conv2d(lanes):
             and attrs.out_dtype in ("", "float32", None)
         )
         groups = int(attrs.groups)
+        geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
+                    "dilation": [int(d) for d in attrs.dilation]}
+        if usable and groups > 1 and weight.shape[1] == 1:
+            block = _pack_lanes(weight.shape[0], lanes)
+            if not block or weight.shape[0] != groups:  # a channel multiplier: not handled here
+                return _default("relax.nn.conv2d")(bb, call)
+            packed = relax.const(pack_conv_weight(weight, block))
+            return bb.call_te(packed_depthwise_conv2d, call.args[0], packed, **geometry,
+                              primfunc_name_hint="depthwise_conv2d")
         block = _pack_lanes(weight.shape[0] // groups, lanes) if usable else 0
-        if not block or weight.shape[1] == 1 and groups > 1:  # depthwise: nothing to reuse across channels
+        if not block:
             return _default("relax.nn.conv2d")(bb, call)
         packed = relax.const(pack_conv_weight(weight, block))
-        return bb.call_te(
-            packed_conv2d, call.args[0], packed,
-            strides=[int(s) for s in attrs.strides], padding=[int(p) for p in attrs.padding],
-            dilation=[int(d) for d in attrs.dilation], groups=groups, primfunc_name_hint="conv2d",
-        )
+        return bb.call_te(packed_conv2d, call.args[0], packed, **geometry, groups=groups,
+                          primfunc_name_hint="conv2d")
 
     return legalize
 
