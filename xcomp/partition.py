@@ -48,15 +48,17 @@ def graph_passes(spec):
     from tvm import relax
 
     from xcomp import schedules
+    from xcomp.fold_affine import FoldConvAffine
 
     return tvm.ir.transform.Sequential(
         [
             # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
             relax.backend.DispatchSortScan(),
-            relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
             relax.transform.FoldConstant(),
+            FoldConvAffine(),
+            relax.transform.DeadCodeElimination(),
             relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),

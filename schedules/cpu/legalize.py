@@ -19,7 +19,7 @@ def _default(op_name):
     return tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
 
-def _constant_f32(expr):
+def constant_f32(expr):
     """The numpy value of a float32 relax constant, else None."""
     import tvm
 
@@ -128,7 +128,7 @@ def _conv2d(lanes):
         from tvm import relax
 
         attrs = call.attrs
-        weight = _constant_f32(call.args[1])
+        weight = constant_f32(call.args[1])
         usable = (
             weight is not None
             and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
@@ -159,7 +159,7 @@ def _matmul(lanes):
     def legalize(bb, call):
         from tvm import relax
 
-        weight = _constant_f32(call.args[1])
+        weight = constant_f32(call.args[1])
         a_type = call.args[0].ty
         usable = weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32" and a_type.ndim >= 2
         block = _pack_lanes(weight.shape[1], lanes) if usable else 0
