@@ -187,7 +187,8 @@ def _value_spec(value) -> TensorSpec:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
-            dims.append(d.dim_param or f"{value.name}_dim{i}")
+            # "?" is ONNX for "unknown", not a name: two "?" dims need not agree
+            dims.append(d.dim_param if d.dim_param not in ("", "?") else f"{value.name}_dim{i}")
     return TensorSpec(value.name, tuple(dims), _dtype_of(ttype.elem_type) if ttype.elem_type else "float32")
 
 
@@ -408,13 +409,12 @@ def _output_specs(mod, proto) -> list:
 
 
 def _bind_and_infer(proto, input_shapes, label):
-    """A copy of `proto` with the given input shapes bound, shapes inferred, checked and rewritten for import."""
+    """`proto` (changed in place) with the given input shapes bound, then shapes inferred, checked and rewritten
+    for import."""
     onnx = _onnx()
-    bound = onnx.ModelProto()
-    bound.CopyFrom(proto)
-    _bind_input_shapes(bound, input_shapes, label)
+    _bind_input_shapes(proto, input_shapes, label)
     try:
-        bound = onnx.shape_inference.infer_shapes(bound, check_type=True, strict_mode=False, data_prop=True)
+        bound = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
     except Exception as err:
         raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
     _check_attributes(bound, label)
@@ -439,7 +439,7 @@ def _import(proto, opset, inputs, label):
 
 
 def _describe_symbols(inputs) -> str:
-    """"input 'x' dim 0 (batch), input 'mask' dim 0 (batch)" for every symbolic dim."""
+    """Every symbolic dim where it is used: `input 'x' dim 0 (batch), input 'mask' dim 0 (batch)`."""
     return ", ".join(f"input {name!r} dim {axis} ({dim})" for dim, uses in symbolic_dims(inputs).items()
                      for name, axis in uses)
 
