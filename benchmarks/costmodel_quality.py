@@ -25,7 +25,7 @@ def _dataset(model, db_path, target):
     from xcomp.db import TuningDB
 
     backend = get_backend(target)
-    tasks = {t.group.key: t for t in model_tasks(model, backend, None)}
+    tasks = {t.group.key: t for t in model_tasks(model, backend, None)[0]}
     features = FeatureExtractor(backend.spec, backend.target())
     rows, latencies, groups = [], [], []
     with TuningDB(db_path) as db:

@@ -1,5 +1,8 @@
 """ONNX frontend: load and validate a model, bind input shapes, import it into a Relax IRModule.
 
+Input dims the user does not bind stay symbolic: each dim name (`batch`, `seq`; `x_dim0` for an unnamed dim)
+becomes one tir.Var shared by every input that uses it, and one compiled module serves every size of it.
+
 Every failure becomes an XcompError naming the file, node or op at fault:
 - a missing / unreadable / truncated / non-ONNX file, or one the ONNX checker rejects -> ModelLoadError;
 - external data whose path escapes the model's folder -> ModelLoadError;
@@ -19,7 +22,7 @@ from collections import Counter
 
 import numpy as np
 
-from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError, describe
+from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError, describe
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
 # pytorch-* test sets are opset 6), and opset 22 changed no semantics (it widened type constraints).
@@ -184,7 +187,8 @@ def _value_spec(value) -> TensorSpec:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
-            dims.append(d.dim_param or f"{value.name}_dim{i}")
+            # "?" is ONNX for "unknown", not a name: two "?" dims need not agree
+            dims.append(d.dim_param if d.dim_param not in ("", "?") else f"{value.name}_dim{i}")
     return TensorSpec(value.name, tuple(dims), _dtype_of(ttype.elem_type) if ttype.elem_type else "float32")
 
 
@@ -195,7 +199,9 @@ def graph_inputs(proto) -> list:
 
 
 def _bind_input_shapes(proto, input_shapes, label):
-    """Fix the graph's input dims from user shapes; an unbound symbolic dim is an error naming it."""
+    """Fix the given inputs' dims from user shapes (checked against the model). Every other symbolic dim stays
+    symbolic; an unnamed one gets the name its TensorSpec shows (`x_dim0`), so shape inference, the importer and
+    the module's signature all use one name per dim."""
     inputs = graph_inputs(proto)
     by_name = {s.name: s for s in inputs}
     input_shapes = dict(input_shapes or {})
@@ -208,30 +214,55 @@ def _bind_input_shapes(proto, input_shapes, label):
         spec = by_name[value.name]
         given = input_shapes.get(value.name)
         dims = value.type.tensor_type.shape.dim
-        if given is not None:
-            given = tuple(int(x) for x in given)
-            if len(given) != len(spec.shape):
+        if given is None:
+            for d, name in zip(dims, spec.shape):
+                if isinstance(name, str):
+                    d.dim_param = name
+            continue
+        given = tuple(int(x) for x in given)
+        if len(given) != len(spec.shape):
+            raise InputError(
+                f"{label}: input {value.name!r} has rank {len(spec.shape)} {list(spec.shape)}, "
+                f"but the given shape {list(given)} has rank {len(given)}"
+            )
+        for i, (want, got) in enumerate(zip(spec.shape, given)):
+            if isinstance(want, int) and want != got:
                 raise InputError(
-                    f"{label}: input {value.name!r} has rank {len(spec.shape)} {list(spec.shape)}, "
-                    f"but the given shape {list(given)} has rank {len(given)}"
+                    f"{label}: input {value.name!r} dim {i} is fixed to {want} in the model, got {got}"
                 )
-            for i, (want, got) in enumerate(zip(spec.shape, given)):
-                if isinstance(want, int) and want != got:
-                    raise InputError(
-                        f"{label}: input {value.name!r} dim {i} is fixed to {want} in the model, got {got}"
-                    )
-                if got <= 0:
-                    raise InputError(f"{label}: input {value.name!r} dim {i} must be positive, got {got}")
-                dims[i].Clear()
-                dims[i].dim_value = got
-        else:
-            unbound = [d for d in spec.shape if not isinstance(d, int)]
-            if unbound:
-                example = ",".join(str(d) if isinstance(d, int) else "1" for d in spec.shape)
-                raise InputError(
-                    f"{label}: input {value.name!r} has dynamic dims {unbound} {list(spec.shape)}; give a shape, "
-                    f"e.g. --input-shape {value.name}={example} (Python: input_shapes={{{value.name!r}: ...}})"
-                )
+            if got <= 0:
+                raise InputError(f"{label}: input {value.name!r} dim {i} must be positive, got {got}")
+            dims[i].Clear()
+            dims[i].dim_value = got
+
+
+def symbolic_dims(specs) -> dict:
+    """{dim name: [(input name, axis), ...]} for every symbolic dim of `specs`, in first-use order."""
+    dims = {}
+    for spec in specs:
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, str):
+                dims.setdefault(d, []).append((spec.name, axis))
+    return dims
+
+
+def specialize_hint(specs) -> str:
+    """How to make every symbolic dim static: the --input-shape flags (size 1 for each symbolic dim)."""
+    flags = []
+    for spec in specs:
+        if any(isinstance(d, str) for d in spec.shape):
+            flags.append(f"--input-shape {spec.name}=" + ",".join(str(d) if isinstance(d, int) else "1"
+                                                                   for d in spec.shape))
+    return " ".join(flags) + " (Python: input_shapes={name: shape})"
+
+
+def _relax_shapes(specs) -> dict:
+    """{input name: [int | tir.Var]} for the importer: one int64 tir.Var per symbolic dim name, shared by every
+    input that uses it (that sharing is what lets Relax prove, e.g., that two `batch` dims add up)."""
+    from tvm import tirx
+
+    symbols = {name: tirx.Var(re.sub(r"[^0-9A-Za-z_]", "_", name), "int64") for name in symbolic_dims(specs)}
+    return {s.name: [symbols[d] if isinstance(d, str) else d for d in s.shape] for s in specs}
 
 
 # -- support checks and rewrites ---------------------------------------------------------------------------
@@ -377,6 +408,42 @@ def _output_specs(mod, proto) -> list:
     return specs
 
 
+def _bind_and_infer(proto, input_shapes, label):
+    """`proto` (changed in place) with the given input shapes bound, then shapes inferred, checked and rewritten
+    for import."""
+    onnx = _onnx()
+    _bind_input_shapes(proto, input_shapes, label)
+    try:
+        bound = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
+    except Exception as err:
+        raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
+    _check_attributes(bound, label)
+    _check_tensor_sizes(bound, label)
+    _rewrite_sum_to_add(bound.graph)
+    return bound
+
+
+def _import(proto, opset, inputs, label):
+    """The Relax IRModule of a bound, inferred model; symbolic input dims become tir.Vars."""
+    importer = _importer_class()(_relax_shapes(inputs), {s.name: s.dtype for s in inputs}, keep_params_in_input=False)
+    # The stock importer prints and warns as it goes; keep the user's terminal clean.
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            return importer.from_onnx(proto.graph, opset)
+        except (UserError, MemoryError):
+            raise
+        except Exception as err:
+            reason = describe(err)
+            raise ModelLoadError(f"{label}: cannot import the model: {reason}") from None
+
+
+def _describe_symbols(inputs) -> str:
+    """Every symbolic dim where it is used: `input 'x' dim 0 (batch), input 'mask' dim 0 (batch)`."""
+    return ", ".join(f"input {name!r} dim {axis} ({dim})" for dim, uses in symbolic_dims(inputs).items()
+                     for name, axis in uses)
+
+
 def load_onnx(model, input_shapes=None) -> ImportedModel:
     """Load, validate and import an ONNX model (path, bytes or ModelProto) into Relax."""
     onnx = _onnx()
@@ -393,34 +460,20 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
-    _bind_input_shapes(proto, input_shapes, label)
+    bound = _bind_and_infer(proto, input_shapes, label)
+    inputs = graph_inputs(bound)
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
-    except Exception as err:
-        raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
-    _check_attributes(proto, label)
-    _check_tensor_sizes(proto, label)
-    _rewrite_sum_to_add(proto.graph)
-
-    inputs = graph_inputs(proto)
-    importer = _importer_class()(
-        {s.name: list(s.shape) for s in inputs}, {s.name: s.dtype for s in inputs}, keep_params_in_input=False
-    )
-    # The stock importer prints and warns as it goes; keep the user's terminal clean.
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            mod = importer.from_onnx(proto.graph, opset)
-        except (UserError, MemoryError):
-            raise
-        except Exception as err:
-            reason = describe(err)
-            raise ModelLoadError(f"{label}: cannot import the model: {reason}") from None
+        mod = _import(bound, opset, inputs, label)
+    except XcompError as err:
+        if symbolic_dims(inputs):  # some converters need static shapes: say how to give them (same error class)
+            err.args = (f"{err}; this was with {_describe_symbols(inputs)} kept symbolic: if the op needs them "
+                        f"static, specialize them: {specialize_hint(inputs)}",)
+        raise
     return ImportedModel(
         mod=mod,
         inputs=inputs,
-        outputs=_output_specs(mod, proto),
+        outputs=_output_specs(mod, bound),
         opset=opset,
         name=proto.graph.name or os.path.splitext(os.path.basename(label))[0],
-        proto=proto,
+        proto=bound,
     )

@@ -4,6 +4,7 @@ Entry points used by the pipeline and the tuner:
 - `legalize_map(spec)`: our lowering of heavy ops (e.g. conv2d / matmul with constant weights pre-packed into a
   vector-friendly layout), passed to relax's LegalizeOps.
 - `classify(func)`: the group kind of a fused PrimFunc.
+- `symbolic_vars(func)`: the symbolic dims in its shapes (such a func gets a generic schedule and is not tuned).
 - `get_template(func, spec)`: the Template that schedules it.
 - `schedule_func(func, spec, knobs=None)`: the scheduled PrimFunc (template default when knobs is None).
 """
@@ -33,6 +34,12 @@ def classify(func) -> str:
     return _classify(func)
 
 
+def symbolic_vars(func) -> list:
+    from .analysis import symbolic_vars as _symbolic_vars
+
+    return _symbolic_vars(func)
+
+
 def get_template(func, spec) -> Template:
     return _family(spec).get_template(func, spec)
 
@@ -41,4 +48,4 @@ def schedule_func(func, spec, knobs: Knobs | None = None):
     return get_template(func, spec).schedule(knobs)
 
 
-__all__ = ["Knobs", "Template", "legalize_map", "classify", "get_template", "schedule_func"]
+__all__ = ["Knobs", "Template", "legalize_map", "classify", "symbolic_vars", "get_template", "schedule_func"]

@@ -2,7 +2,8 @@
 
 Fused funcs from FuseTIR are a flat list of blocks under the root, each in its own perfect loop nest whose loops
 bind one-to-one to the block's iter vars. Everything here reads that shape; funcs that do not have it (no root
-block, opaque iter vars, symbolic extents) are "opaque".
+block, opaque iter vars) are "opaque". A symbolic extent (a model's batch or sequence dim kept symbolic) is None:
+the kind is still read, but only templates that accept `symbolic=True` (the generic one) may schedule it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class BlockInfo:
     name: str
     rv: object  # s_tir.SBlockRV
     iter_kinds: list  # SPATIAL / REDUCE per iter var, in order
-    extents: list  # int per iter var
+    extents: list  # int per iter var; None where symbolic
     block: object = dataclasses.field(repr=False)  # the s_tir SBlock node
 
     @property
@@ -40,10 +41,11 @@ class BlockInfo:
         return self.block.writes[0].source
 
 
-def root_blocks(sch) -> list:
+def root_blocks(sch, symbolic: bool = False) -> list:
     """BlockInfo for every block directly under the root, in program order.
 
-    Raises ValueError when the func is not in the flat, static, one-loop-per-iter form templates expect."""
+    Raises ValueError when the func is not in the flat, one-loop-per-iter form templates expect, or has a symbolic
+    extent and `symbolic` is False (tiling templates size everything from static extents)."""
     root = sch.get_sblock("root")
     infos = []
     for rv in sch.get_child_blocks(root):
@@ -52,10 +54,11 @@ def root_blocks(sch) -> list:
         for iv in block.iter_vars:
             if int(iv.iter_type) not in (SPATIAL, REDUCE):
                 raise ValueError(f"block {block.name_hint}: opaque iter var")
-            if not hasattr(iv.dom.extent, "value"):
+            static = hasattr(iv.dom.extent, "value")
+            if not static and not symbolic:
                 raise ValueError(f"block {block.name_hint}: symbolic extent")
             kinds.append(int(iv.iter_type))
-            extents.append(int(iv.dom.extent.value))
+            extents.append(int(iv.dom.extent.value) if static else None)
         if len(block.writes) != 1:
             raise ValueError(f"block {block.name_hint}: writes {len(block.writes)} buffers")
         infos.append(BlockInfo(block.name_hint, rv, kinds, extents, block))
@@ -124,9 +127,10 @@ def main_reduction(infos):
 
 
 def _volume(extents) -> int:
+    """Iterations per unit of the symbolic extents (a symbolic one counts 1: it scales every block alike)."""
     n = 1
     for e in extents:
-        n *= e
+        n *= e if e is not None else 1
     return n
 
 
@@ -144,10 +148,21 @@ def classify(func) -> str:
     from tvm import s_tir
 
     try:
-        return classify_blocks(root_blocks(s_tir.Schedule(func)))
-    except Exception:  # no root block, opaque or symbolic iteration: no template may assume anything
+        return classify_blocks(root_blocks(s_tir.Schedule(func), symbolic=True))
+    except Exception:  # no root block or opaque iteration: no template may assume anything
         return "opaque"
 
 
+def symbolic_vars(func) -> list:
+    """Names of the symbolic dims in a PrimFunc's buffer shapes (empty when every shape is static), sorted."""
+    from tvm.tirx.analysis import undefined_vars
+
+    names = set()
+    for param in func.params:  # TVM 0.27 passes buffers as params; scalar shape params have no .shape
+        for dim in getattr(param, "shape", ()):
+            names.update(v.name for v in undefined_vars(dim))
+    return sorted(names)
+
+
 __all__ = ["KINDS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window", "main_reduction",
-           "classify_blocks", "classify"]
+           "classify_blocks", "classify", "symbolic_vars"]

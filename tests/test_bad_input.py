@@ -110,11 +110,6 @@ def test_unknown_cpu_name():
         xcomp.compile(tiny_mlp(2), target="cpu:pentium9000")
 
 
-def test_dynamic_dim_needs_a_shape():
-    with pytest.raises(xcomp.InputError, match="dynamic dims .* --input-shape x=1,8"):
-        xcomp.compile(tiny_mlp("N"))
-
-
 def test_input_shape_for_unknown_input():
     with pytest.raises(xcomp.InputError, match="names 'y'"):
         xcomp.compile(tiny_mlp("N"), input_shapes={"y": (1, 8)})

@@ -69,7 +69,7 @@ KNOWN_FAILURES = {
     ("simple", "test_gradient_of_add_and_mul"): "ai.onnx.preview.training.Gradient is a training op",
     ("simple", "test_sequence_model3"): "SequenceErase/At with a runtime position: TVM's importer gets it wrong",
     ("simple", "test_sequence_model6"): "SequenceLength of a SplitToSequence: TVM's converter fails",
-    ("simple", "test_sequence_model8"): "symbolic input dim 'n' with no default: pass input_shapes (issue #6)",
+    ("simple", "test_sequence_model8"): "SplitToSequence over symbolic dim 'n': TVM's converter needs a constant split",
     ("pytorch-operator", "test_operator_index"): "Slice at opset 6 without `axes`: TVM's converter fails",
     ("pytorch-converted", "test_PReLU_1d_multiparam"): "PReLU with a per-channel slope: TVM's converter asserts",
     ("pytorch-converted", "test_PReLU_2d_multiparam"): "PReLU with a per-channel slope: TVM's converter asserts",

@@ -9,7 +9,9 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
 
     model:        path to an .onnx file, its bytes, or an onnx.ModelProto.
     target:       "cpu" (this host), "cpu:skylake-avx512", "cuda:sm_90", "rocm:gfx942", ...
-    input_shapes: {input name: shape} binding the model's dynamic dims (e.g. {"x": (1, 3, 224, 224)}).
+    input_shapes: {input name: shape} specializing the model's symbolic dims (e.g. {"x": (1, 3, 224, 224)}):
+                  static shapes, tiled templates, tunable. Without it symbolic dims stay symbolic and the module
+                  serves every size of them.
     tune_db:      a tuning database (from `xcomp tune`): each group uses its fastest measured config.
     progress:     show tqdm progress bars.
     """

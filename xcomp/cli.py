@@ -144,8 +144,8 @@ def cmd_run(args):
     module = _open_module(args)
     inputs = _load_inputs(args.input, module)
     generated = not inputs
-    if generated:
-        inputs = module.random_inputs(args.seed)
+    if generated:  # a symbolic dim gets its size from --input-shape, else 1
+        inputs = module.random_inputs(args.seed, _input_shapes(args))
     outputs = module.run(inputs)
     if args.output:
         np.savez(args.output, **outputs)
@@ -163,7 +163,8 @@ def cmd_run(args):
     if args.json:
         return summary
     if generated:
-        print(f"no --input given: random inputs (seed {args.seed})")
+        shapes = ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in inputs.items())
+        print(f"no --input given: random inputs (seed {args.seed}): {shapes}")
     for name, o in summary["outputs"].items():
         print(f"{name}: {o['dtype']}{o['shape']} checksum={o['checksum']:.6g} "
               f"min={o['min']:.6g} max={o['max']:.6g}")
@@ -189,10 +190,13 @@ def cmd_info(args):
         print(f"\nunsupported ({len(info['unsupported'])} node(s)):")
         print(_table([(u["node"], u["op"], u["opset"]) for u in info["unsupported"]], ["node", "op", "opset"]))
         return None
-    rows = [(g["kind"], g["key"], g["count"], _fmt_flops(g["flops"]), _fmt_flops(g["bytes"]) + "B",
-             g["signature"]) for g in info["groups"]]
+    rows = [(g["kind"], g["key"], g["count"], g.get("flops_expr") or _fmt_flops(g["flops"]),
+             _fmt_flops(g["bytes"]) + "B", g["signature"]) for g in info["groups"]]
+    total = info.get("total_flops_expr") or _fmt_flops(info["total_flops"])
     print(f"\noperator groups ({len(info['groups'])} unique, "
-          f"{sum(g['count'] for g in info['groups'])} calls, {_fmt_flops(info['total_flops'])}FLOP per run):")
+          f"{sum(g['count'] for g in info['groups'])} calls, {total} FLOP per run):")
+    if info.get("total_flops_expr"):
+        print(f"(symbolic dims {info['symbols']}: FLOPs as expressions of them; bytes with each at 1)")
     print(_table(rows, ["kind", "key", "count", "FLOPs", "bytes", "signature"]))
     print("\nall ops supported")
     return None
@@ -231,6 +235,11 @@ def cmd_tune(args):
     print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
           f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
           f"use them with: xcomp compile {args.model} --db {result['db']}")
+    untuned = result["untuned_symbolic"]
+    if untuned:
+        symbols = sorted({s for g in untuned for s in g["symbols"]})
+        print(f"{len(untuned)} group(s) with symbolic dims {symbols} not tuned (their generic schedule serves every "
+              f"size); to tune them, tune and compile with --input-shape")
     return None
 
 
@@ -372,7 +381,9 @@ def build_parser():
             p.add_argument("-t", "--target", default="cpu", help="target to compile for (default: cpu, this host)")
         if shapes:
             p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
-                           help="bind an input's dynamic dims, e.g. data=1,3,224,224 (repeatable)")
+                           help="specialize an input's symbolic dims, e.g. data=1,3,224,224 (repeatable; "
+                                "default: they stay symbolic and one module serves every size; `run` of a "
+                                ".xc: the size of random inputs, symbolic dims otherwise 1)")
 
     p = sub.add_parser("compile", help="compile a model to a .xc module file",
                        description="Compile an ONNX model for a target and save it as one .xc file.")

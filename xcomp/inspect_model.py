@@ -9,7 +9,7 @@ def describe(model, target="cpu", input_shapes=None) -> dict:
     """A JSON-ready description: inputs, outputs, op histogram, unsupported nodes, operator groups."""
     from xcomp.backends import get_backend
     from xcomp.frontends import onnx as fe
-    from xcomp.partition import partition, unique_groups
+    from xcomp.partition import expr_text, flops_expr, partition, unique_groups
 
     backend = get_backend(target)
     proto, folder, label = fe._read_proto(model)
@@ -35,9 +35,34 @@ def describe(model, target="cpu", input_shapes=None) -> dict:
         return result
     result["outputs"] = [s.to_dict() for s in imported.outputs]
     _, groups = partition(imported.mod, backend.spec)
+    terms = []
     for rep, count in unique_groups(groups).values():
         entry = rep.to_dict()
         entry["count"] = count
+        terms.append((flops_expr(rep.func), count))
+        if rep.symbols:  # "flops" holds the count with every symbolic dim at 1; this, the count at any size
+            entry["flops_expr"] = expr_text(terms[-1][0])
         result["groups"].append(entry)
     result["total_flops"] = sum(g["flops"] * g["count"] for g in result["groups"])
+    result["symbols"] = sorted({s for g in groups for s in g.symbols})
+    if result["symbols"]:
+        result["total_flops_expr"] = expr_text(_weighted_sum(terms))
     return result
+
+
+def _weighted_sum(terms):
+    """Sum of expr x count over [(expr, count)]. Every group's PrimFunc has its own Var for a dim (`batch` in one
+    is not `batch` in the next), so vars are unified by name first."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+    from tvm.tirx.analysis import undefined_vars
+
+    analyzer, canonical = Analyzer(), {}
+    total = tirx.IntImm("int64", 0)
+    for expr, count in terms:
+        for var in undefined_vars(expr):
+            first = canonical.setdefault(var.name, var)
+            if not first.same_as(var):
+                analyzer.bind(var, first)
+        total = total + expr * count
+    return analyzer.simplify(total)

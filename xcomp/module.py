@@ -13,6 +13,7 @@ import numpy as np
 
 from xcomp.errors import ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
+from xcomp.signature import concrete_shape, dim_sizes
 
 ARTIFACT_FORMAT = 1
 _META = "metadata.json"
@@ -91,12 +92,9 @@ class Module:
                     f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
                     f"(convert with .astype(np.{spec.dtype}))"
                 )
-            if tuple(array.shape) != tuple(spec.shape):
-                raise InputError(
-                    f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}"
-                )
             # (np.ascontiguousarray would turn a 0-d scalar input into shape [1])
             arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+        dim_sizes(self.inputs, {spec.name: a.shape for spec, a in zip(self.inputs, arrays)})
         return arrays
 
     def _run_arrays(self, arrays) -> list:
@@ -117,17 +115,21 @@ class Module:
         outs = self._run_arrays(self._bind((), dict(inputs)))
         return {spec.name: out for spec, out in zip(self.outputs, outs)}
 
-    def random_inputs(self, seed: int = 0) -> dict:
-        """Inputs of the right shapes and dtypes (standard normal floats; small non-negative ints)."""
+    def random_inputs(self, seed: int = 0, input_shapes: dict | None = None) -> dict:
+        """Inputs of the right shapes and dtypes (standard normal floats; small non-negative ints). A symbolic dim
+        takes its size from `input_shapes` ({input name: shape}, checked against the signature), else 1."""
         rng = np.random.default_rng(seed)
+        input_shapes = dict(input_shapes or {})
+        sizes = dim_sizes(self.inputs, input_shapes)
         out = {}
         for spec in self.inputs:
+            shape = concrete_shape(spec, sizes)
             if np.issubdtype(np.dtype(spec.dtype), np.floating):
-                out[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+                out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
             elif spec.dtype == "bool":
-                out[spec.name] = rng.integers(0, 2, spec.shape).astype(bool)
+                out[spec.name] = rng.integers(0, 2, shape).astype(bool)
             else:
-                out[spec.name] = rng.integers(0, 4, spec.shape).astype(spec.dtype)
+                out[spec.name] = rng.integers(0, 4, shape).astype(spec.dtype)
         return out
 
     def benchmark(self, inputs: dict | None = None, warmup: int = 3, repeat: int = 30) -> dict:
@@ -258,7 +260,7 @@ def load(path) -> Module:
                 raise ArtifactError(f"{path}: cannot load the compiled library: {describe(err)}") from None
         finally:
             shutil.rmtree(workdir, ignore_errors=True)  # the library is mapped; the file is no longer needed
-    groups = [OpGroup(func=None, **g) for g in meta.get("groups", [])]
+    groups = [OpGroup.from_dict(g) for g in meta.get("groups", [])]
     return Module(
         lib,
         backend,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import Counter
 
 import numpy as np
 
-from xcomp.errors import InternalError, describe
+from xcomp.errors import InternalError, UserError, describe
 
 
 @dataclasses.dataclass
@@ -24,10 +25,11 @@ class OpGroup:
     kind: str  # conv, matmul, reduction, pool, injective, opaque
     key: str  # structural key: kind + hash of the func's structure (shapes, dtypes, ops)
     count: int  # call sites in the model
-    flops: int  # per call
-    bytes: int  # per call: inputs read + outputs written, once each
-    signature: str  # "1x64x56x56xf32, 64x64x3x3xf32 -> 1x64x56x56xf32"
+    flops: int  # per call (symbolic dims at 1)
+    bytes: int  # per call: inputs read + outputs written, once each (symbolic dims at 1)
+    signature: str  # "1x64x56x56xf32, 64x64x3x3xf32 -> 1x64x56x56xf32"; "Nx8xf32, ..." with a symbolic dim
     func: object = dataclasses.field(repr=False)  # tvm.tirx.PrimFunc, unscheduled
+    symbols: tuple = ()  # symbolic dims in its shapes: it serves every size of them and is not tuned
 
     def to_dict(self):
         return {
@@ -38,7 +40,13 @@ class OpGroup:
             "flops": self.flops,
             "bytes": self.bytes,
             "signature": self.signature,
+            "symbols": list(self.symbols),
         }
+
+    @classmethod
+    def from_dict(cls, d):
+        """A group read back from a saved module: no func (artifacts from before symbolic dims have no symbols)."""
+        return cls(func=None, **{**d, "symbols": tuple(d.get("symbols", ()))})
 
 
 def graph_passes(spec):
@@ -123,27 +131,57 @@ def _block_stores(stmt):
 
 
 def _static(extent):
-    """An int for a static extent, None for a symbolic one (data-dependent shapes)."""
+    """An int for a static extent, None for a symbolic one (a dim kept symbolic, or a data-dependent shape)."""
     return int(extent) if hasattr(extent, "value") or isinstance(extent, int) else None
 
 
-def _volume(extents):
-    dims = [_static(e) for e in extents]
-    return None if None in dims else int(np.prod(dims, dtype=np.int64))
+def at_smallest(expr) -> int:
+    """An expression of symbolic dims evaluated with each at 1: the smallest input a module serves, and the size
+    `xcomp run`/`bench` use for a symbolic dim unless told otherwise."""
+    from tvm.sym import Analyzer
+    from tvm.tirx.analysis import undefined_vars
+
+    analyzer = Analyzer()
+    for var in undefined_vars(expr):
+        analyzer.bind(var, 1)
+    return max(0, int(analyzer.simplify(expr)))
+
+
+def _product(dims):
+    """The int64 product of static and symbolic dims, simplified."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+
+    total = tirx.IntImm("int64", 1)
+    for d in dims:
+        total = total * (tirx.IntImm("int64", d) if isinstance(d, int) else tirx.Cast("int64", d))
+    return Analyzer().simplify(total)
+
+
+def expr_text(expr) -> str:
+    """A TIR expression as a person reads it: `N * 128 + N * seq * seq * 3`, not `N * T.int64(128) + ...`."""
+    return re.sub(r"T\.int(?:32|64)\((-?\d+)\)", r"\1", str(expr))
+
+
+def flops_expr(func):
+    """Arithmetic operations in one call: sum over leaf blocks of (iteration-space size x operations per
+    iteration), an int64 expression of the func's symbolic dims (a constant when every shape is static)."""
+    from tvm import s_tir, tirx
+    from tvm.sym import Analyzer
+
+    sch = s_tir.Schedule(func)
+    total = tirx.IntImm("int64", 0)
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
+        block = sch.get(block_rv)
+        ops = sum(_count_ops(store.value) for store in _block_stores(block.body))
+        if ops:
+            total = total + _product([iv.dom.extent for iv in block.iter_vars]) * ops
+    return Analyzer().simplify(total)
 
 
 def estimate_flops(func) -> int:
-    """Sum over leaf blocks of (iteration-space size x arithmetic ops per iteration); symbolic extents count 0."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(func)
-    total = 0
-    for block_rv in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
-        block = sch.get(block_rv)
-        points = _volume([iv.dom.extent for iv in block.iter_vars]) or 0
-        ops = sum(_count_ops(store.value) for store in _block_stores(block.body))
-        total += points * ops
-    return total
+    """flops_expr with every symbolic dim at 1."""
+    return at_smallest(flops_expr(func))
 
 
 def _has_root(sch) -> bool:
@@ -155,7 +193,8 @@ def _has_root(sch) -> bool:
 
 
 def _buffer_bytes(buf) -> int:
-    n = _volume(buf.shape) or 0
+    """Bytes of a buffer, a symbolic dim at 1 (see at_smallest)."""
+    n = at_smallest(_product(buf.shape))
     return n * np.dtype(str(buf.dtype)).itemsize if str(buf.dtype) != "bool" else n
 
 
@@ -179,7 +218,7 @@ def _short_dtype(dtype: str) -> str:
 def _signature(func) -> str:
     parts = []
     for buf in func_buffers(func):
-        shape = "x".join(str(_static(d)) if _static(d) is not None else str(d) for d in buf.shape) or "scalar"
+        shape = "x".join(str(_static(d)) if _static(d) is not None else expr_text(d) for d in buf.shape) or "scalar"
         parts.append(f"{shape}x{_short_dtype(str(buf.dtype))}")
     return ", ".join(parts[:-1]) + " -> " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")
 
@@ -203,6 +242,12 @@ def partition(imported_mod, spec):
         with backend_for_spec(spec).target():
             mod = graph_passes(spec)(imported_mod)
     except Exception as err:
+        symbols = _input_symbols(imported_mod)
+        if symbols:  # most likely an op lowering that needs static shapes: the user can give them
+            raise UserError(
+                f"cannot compile the model with its dims {symbols} kept symbolic ({describe(err)}); specialize "
+                "them with --input-shape NAME=D1,D2,... (Python: input_shapes={name: shape})"
+            ) from None
         raise InternalError(f"graph partitioning failed: {describe(err)}") from err
     counts = _call_counts(mod)
     groups = []
@@ -220,9 +265,22 @@ def partition(imported_mod, spec):
                 bytes=sum(_buffer_bytes(buf) for buf in func_buffers(func)),
                 signature=_signature(func),
                 func=func,
+                symbols=tuple(schedules.symbolic_vars(func)),
             )
         )
     return mod, groups
+
+
+def _input_symbols(mod) -> list:
+    """Names of the symbolic dims in the Relax main's parameter shapes."""
+    from tvm.tirx.analysis import undefined_vars
+
+    names = set()
+    for param in mod["main"].params:
+        shape = getattr(param.ty, "shape", None)
+        for dim in shape.values if shape is not None else ():
+            names.update(v.name for v in undefined_vars(dim))
+    return sorted(names)
 
 
 def unique_groups(groups):

@@ -3,7 +3,7 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 
 from __future__ import annotations
 
-from ..analysis import classify
+from ..analysis import classify, symbolic_vars
 from .common import CpuTemplate, GenericTemplate
 from .conv import ConvTemplate
 from .legalize import legalize_map
@@ -13,9 +13,10 @@ _TEMPLATES = {"conv": ConvTemplate, "matmul": MatmulTemplate}
 
 
 def get_template(func, spec) -> CpuTemplate:
-    """The template for a fused PrimFunc; the generic one when the specialised template cannot read it."""
+    """The template for a fused PrimFunc; the generic one when the specialised template cannot read it, or when
+    a shape is symbolic (the conv and matmul templates size their tiles from static extents)."""
     kind = classify(func)
-    template = _TEMPLATES.get(kind)
+    template = _TEMPLATES.get(kind) if not symbolic_vars(func) else None
     if template is not None:
         try:
             return template(func, spec)

@@ -18,8 +18,19 @@ def divisors(n: int, limit: int | None = None) -> list:
     return [d for d in range(1, (limit or n) + 1) if n % d == 0]
 
 
-def loop_extent(sch, loop) -> int:
-    return int(sch.get(loop).extent)
+def loop_extent(sch, loop) -> int | None:
+    """A loop's extent; None when it is symbolic (a batch or sequence dim kept symbolic)."""
+    extent = sch.get(loop).extent
+    return int(extent) if hasattr(extent, "value") else None
+
+
+def least_iterations(sch, loops) -> int:
+    """Iterations of a loop nest at its smallest: a symbolic extent counts 1. Thresholds (is this worth a
+    parallel launch?) use it, so a module never pays thread wake-ups the smallest input it serves cannot repay."""
+    total = 1
+    for loop in loops:
+        total *= loop_extent(sch, loop) or 1
+    return total
 
 
 class CpuTemplate(Template):
@@ -59,7 +70,7 @@ def inline_injective(sch, keep=()) -> None:
     """Inline every spatial block that is not an output into its consumers (epilogue chains collapse into the
     last block); blocks named in `keep` (a pad stage a template wants materialised) stay."""
     outputs = output_names(sch)
-    for info in root_blocks(sch):
+    for info in root_blocks(sch, symbolic=True):
         if info.is_reduction or info.name in keep or info.name in outputs:
             continue
         try:
@@ -99,13 +110,10 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     loops = sch.get_loops(rv)
     if not loops:
         return
-    elements = 1
-    for loop in loops:
-        elements *= loop_extent(sch, loop)
-    parallel = parallel and elements >= MIN_PARALLEL_ELEMENTS
+    parallel = parallel and least_iterations(sch, loops) >= MIN_PARALLEL_ELEMENTS
     inner = loops[-1]
     outer = list(loops[:-1])
-    if lanes and loop_extent(sch, inner) % lanes == 0 and loop_extent(sch, inner) >= lanes:
+    if lanes and _splits_into_vectors(sch, inner, lanes):
         io, ii = sch.split(inner, [None, lanes])
         outer.append(io)
         sch.vectorize(ii)
@@ -114,12 +122,15 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     parallelize(sch, outer, cores if parallel else 1)
 
 
+def _splits_into_vectors(sch, loop, lanes: int) -> bool:
+    """A static extent that is a whole number of vectors (a symbolic one would need a tail loop)."""
+    extent = loop_extent(sch, loop)
+    return extent is not None and extent >= lanes and extent % lanes == 0
+
+
 def parallelize(sch, loops, cores: int) -> None:
     """Fuse `loops` (outermost first) and run them in parallel when there is enough work to share."""
-    total = 1
-    for loop in loops:
-        total *= loop_extent(sch, loop)
-    if cores > 1 and total >= cores:
+    if cores > 1 and least_iterations(sch, loops) >= cores:
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(fused)
 
@@ -132,7 +143,7 @@ def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True)
         return
     spatial = [loop for loop, k in zip(loops, info.iter_kinds) if k != REDUCE]
     reduce = [loop for loop, k in zip(loops, info.iter_kinds) if k == REDUCE]
-    vectorize = bool(spatial) and lanes and loop_extent(sch, spatial[-1]) % lanes == 0
+    vectorize = bool(spatial) and lanes and _splits_into_vectors(sch, spatial[-1], lanes)
     outer = spatial[:-1] if vectorize else spatial
     if vectorize:
         sch.reorder(*outer, *reduce, spatial[-1])
@@ -148,7 +159,7 @@ def generic_schedule(sch, spec, knobs: Knobs, skip=()) -> None:
     """Every root block not named in `skip`, scheduled on its own (after inlining what can be inlined)."""
     inline_injective(sch)
     lanes = spec.simd_width * knobs["vector"]
-    for info in root_blocks(sch):
+    for info in root_blocks(sch, symbolic=True):
         if info.name in skip:
             continue
         if info.is_reduction:

@@ -29,6 +29,11 @@ def constant_f32(expr):
     return value if value.dtype == np.float32 else None
 
 
+def _static_dims(dims) -> bool:
+    """Every dim a constant (a symbolic batch is fine for our conv; a symbolic image size is left to TVM)."""
+    return all(hasattr(d, "value") for d in dims)
+
+
 def _pack_lanes(channels: int, lanes: int) -> int:
     """Vector block for `channels` outputs: the spec's lanes when they divide it, else the widest power of two
     that does (>= 4, below that a vector is not worth the pack)."""
@@ -49,10 +54,11 @@ def pack_matmul_weight(weight: np.ndarray, block: int) -> np.ndarray:
 
 
 def packed_conv2d(data, packed, strides, padding, dilation, groups):
-    """NCHW conv2d reading a [O/V, I/groups, KH, KW, V] weight; padding is (top, left, bottom, right)."""
+    """NCHW conv2d reading a [O/V, I/groups, KH, KW, V] weight; padding is (top, left, bottom, right). The batch
+    may be symbolic; the image size is static (see _conv2d)."""
     from tvm import te, topi
 
-    n, _, h, w = (int(d) for d in data.shape)
+    n, h, w = data.shape[0], int(data.shape[2]), int(data.shape[3])
     oblocks, in_per_group, kh, kw, lanes = (int(d) for d in packed.shape)
     sh, sw = strides
     dh, dw = dilation
@@ -133,6 +139,7 @@ def _conv2d(lanes):
             weight is not None
             and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
             and str(call.args[0].ty.dtype) == "float32"
+            and _static_dims(list(call.args[0].ty.shape)[2:])
             and attrs.out_dtype in ("", "float32", None)
         )
         groups = int(attrs.groups)

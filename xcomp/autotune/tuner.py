@@ -51,7 +51,10 @@ class Task:
 
 
 def model_tasks(model, backend, input_shapes):
-    """One tuning Task per unique operator group of `model` for `backend`."""
+    """(one tuning Task per unique operator group of `model` for `backend`, [unique groups left untuned]).
+
+    A group with a symbolic dim is left untuned: its generic schedule serves every size, and a measured time
+    would hold for one size only. Tuning a model compiled with --input-shape tunes every group."""
     import tvm
 
     from xcomp import schedules
@@ -60,11 +63,14 @@ def model_tasks(model, backend, input_shapes):
 
     imported = load_onnx(model, input_shapes)
     _, groups = partition(imported.mod, backend.spec)
-    tasks = []
+    tasks, symbolic = [], []
     for rep, count in unique_groups(groups).values():
+        if rep.symbols:
+            symbolic.append(rep)
+            continue
         template = schedules.get_template(rep.func, backend.spec)
         tasks.append(Task(rep, count, template, tvm.ir.save_json(rep.func)))
-    return tasks
+    return tasks, symbolic
 
 
 class Tuner:
@@ -211,7 +217,7 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
     if not backend.can_run() and runner is None:
         raise UserError(f"cannot measure {backend.target_string} on this machine; use a remote runner")
     with TuningDB(db_path) as db:
-        tasks = model_tasks(model, backend, input_shapes)
+        tasks, symbolic = model_tasks(model, backend, input_shapes)
         tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
         rows = summary(tasks)
@@ -220,6 +226,8 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
         "db": str(db_path),
         "trials": sum(r["trials"] for r in rows),
         "groups": rows,
+        "untuned_symbolic": [{"group": g.name, "kind": g.kind, "key": g.key, "symbols": list(g.symbols)}
+                             for g in symbolic],
         "history": tuner.history,
         "model_default_ms": sum(r["default_ms"] * r["count"] for r in rows if math.isfinite(r["default_ms"])),
         "model_tuned_ms": sum(r["best_ms"] * r["count"] for r in rows if math.isfinite(r["best_ms"])),

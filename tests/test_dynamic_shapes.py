@@ -1,0 +1,117 @@
+"""Symbolic batch and sequence dims kept symbolic: one module serves every size, checked against onnxruntime;
+clear errors for shapes it cannot serve; save/load, `xcomp info`, `xcomp tune` and `xcomp run` on such a model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model
+from dynamic_models import attention, cnn, mlp, random_feed
+from test_cli import xcomp_cli
+
+
+@pytest.fixture(scope="module")
+def attention_module():
+    model = attention("batch", "seq")
+    return xcomp.compile(model), model
+
+
+def test_mlp_serves_every_batch():
+    model = mlp("batch")
+    module = xcomp.compile(model)
+    assert [(s.name, s.shape) for s in module.inputs] == [("x", ("batch", 64))]
+    assert [(s.name, s.shape) for s in module.outputs] == [("y", ("batch", 10))]
+    assert all(g.symbols == ("batch",) for g in module.groups)
+    for batch in (1, 3, 8):
+        assert_matches_ort(module, model, random_feed({"x": (batch, 64)}, seed=batch))
+
+
+def test_cnn_serves_every_batch():
+    model = cnn("N")
+    module = xcomp.compile(model)
+    assert module.inputs[0].shape == ("N", 3, 32, 32)
+    for batch in (1, 3, 8):
+        assert_matches_ort(module, model, random_feed({"x": (batch, 3, 32, 32)}, seed=batch))
+
+
+def test_attention_serves_every_batch_and_sequence(attention_module):
+    module, model = attention_module
+    assert [(s.name, s.shape) for s in module.inputs] == [("x", ("batch", "seq", 32)),
+                                                          ("mask", ("batch", "seq", "seq"))]
+    for batch, seq in ((1, 1), (2, 7), (4, 16)):
+        assert_matches_ort(module, model, random_feed({"x": (batch, seq, 32), "mask": (batch, seq, seq)}))
+
+
+def test_shapes_it_cannot_serve(attention_module):
+    module, _ = attention_module
+    x, mask = random_feed({"x": (2, 5, 32), "mask": (3, 5, 5)}).values()
+    with pytest.raises(xcomp.InputError, match=r"inputs 'x' and 'mask' share dim 'batch': input 'x' dim 0 is 2, "
+                                               r"so input 'mask' dim 0 must be 2 too, got 3"):
+        module(x, mask)
+    with pytest.raises(xcomp.InputError, match=r"input 'x': expected shape \['batch', 'seq', 32\], got \[2, 5, 16\]"):
+        module(x[..., :16], mask[:2])
+    with pytest.raises(xcomp.InputError, match=r"input 'x': expected shape \['batch', 'seq', 32\], got \[10, 32\]"):
+        module(x.reshape(10, 32), mask[:2])
+
+
+def test_unnamed_dims_get_names():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])])
+    module = xcomp.compile(model)
+    assert module.inputs[0].shape == ("x_dim0", 4)
+    assert_matches_ort(module, model, random_feed({"x": (5, 4)}))
+
+
+def test_input_shape_still_specializes():
+    module = xcomp.compile(mlp("batch"), input_shapes={"x": (4, 64)})
+    assert module.inputs[0].shape == (4, 64) and not any(g.symbols for g in module.groups)
+    with pytest.raises(xcomp.InputError, match=r"expected shape \[4, 64\], got \[3, 64\]"):
+        module(np.zeros((3, 64), np.float32))
+
+
+def test_save_load_keeps_symbolic_dims(attention_module, tmp_path):
+    module, model = attention_module
+    loaded = xcomp.load(module.save(tmp_path / "attention.xc"))
+    assert loaded.inputs == module.inputs and loaded.outputs == module.outputs
+    assert [g.symbols for g in loaded.groups] == [g.symbols for g in module.groups]
+    assert_matches_ort(loaded, model, random_feed({"x": (3, 6, 32), "mask": (3, 6, 6)}))
+    assert {k: v.shape for k, v in loaded.random_inputs(input_shapes={"x": (2, 9, 32)}).items()} == \
+        {"x": (2, 9, 32), "mask": (2, 9, 9)}
+
+
+def test_info_shows_flops_as_expressions():
+    from xcomp.inspect_model import describe
+
+    info = describe(attention("batch", "seq"))
+    assert info["symbols"] == ["batch", "seq"]
+    assert "batch * seq * seq" in info["total_flops_expr"]
+    assert all("flops_expr" in g and g["symbols"] for g in info["groups"])
+
+
+def test_symbolic_groups_are_not_tuned(tmp_path):
+    result = xcomp.tune(mlp("batch"), db=str(tmp_path / "t.sqlite"), trials=4)
+    assert result["groups"] == [] and result["trials"] == 0
+    assert {g["kind"] for g in result["untuned_symbolic"]} == {"matmul"}
+    assert all(g["symbols"] == ["batch"] for g in result["untuned_symbolic"])
+
+
+def test_cli_run_picks_sizes_and_says_so(tmp_path):
+    onnx.save(attention("batch", "seq"), tmp_path / "attention.onnx")
+    r = xcomp_cli("compile", str(tmp_path / "attention.onnx"), "-o", str(tmp_path / "a.xc"), "-q")
+    assert r.returncode == 0, r.stderr
+    r = xcomp_cli("run", str(tmp_path / "a.xc"), "-q")
+    assert r.returncode == 0, r.stderr
+    assert "x float32[1, 1, 32], mask float32[1, 1, 1]" in r.stdout
+    r = xcomp_cli("run", str(tmp_path / "a.xc"), "-q", "--json", "--input-shape", "x=2,5,32")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["inputs"]["mask"]["shape"] == [2, 5, 5] and summary["outputs"]["y"]["shape"] == [2, 5, 32]
+    r = xcomp_cli("run", str(tmp_path / "a.xc"), "-q", "--input-shape", "x=2,5,32", "--input-shape", "mask=3,5,5")
+    assert r.returncode == 1 and "share dim 'batch'" in r.stderr and "Traceback" not in r.stderr
