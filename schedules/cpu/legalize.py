@@ -89,7 +89,7 @@ def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
     columns do not fill a 16-lane vector)."""
     from tvm import te, tirx
 
-    n, channels, h, w = (int(d) for d in data.shape)
+    n, (channels, h, w) = data.shape[0], (int(d) for d in data.shape[1:])  # a symbolic batch is fine
     _, _, kh, kw, lanes = (int(d) for d in packed.shape)
     sh, sw = strides
     dh, dw = dilation
