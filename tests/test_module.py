@@ -88,3 +88,11 @@ def test_named_x86_cpu_uses_its_vector_width(tmp_path):
     assert module.spec.features and "avx512f" in module.spec.features
     paths = module.emit_sources(tmp_path / "src")
     assert any(p.endswith(".ll") for p in paths)
+
+
+def test_shipped_model_by_name():
+    """`onnx:NAME` means the same in Python as on the command line; an unknown name lists the real ones."""
+    module = xcomp.compile("onnx:test_AvgPool2d")
+    assert module.inputs and module.outputs
+    with pytest.raises(xcomp.ModelLoadError, match="light_resnet50"):
+        xcomp.compile("onnx:no_such_model")

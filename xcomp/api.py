@@ -7,7 +7,8 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
             progress: bool = False):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
-    model:        path to an .onnx file, its bytes, or an onnx.ModelProto.
+    model:        path to an .onnx file, its bytes, an onnx.ModelProto, or `onnx:NAME` for a model shipped
+                  with the onnx package (e.g. "onnx:light_resnet50").
     target:       "cpu" (this host), "cpu:skylake-avx512", "cuda:sm_90", "rocm:gfx942", ...
     input_shapes: {input name: shape} specializing the model's symbolic dims (e.g. {"x": (1, 3, 224, 224)}):
                   static shapes, tiled templates, tunable. Without it symbolic dims stay symbolic and the module
@@ -15,9 +16,10 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
     tune_db:      a tuning database (from `xcomp tune`): each group uses its fastest measured config.
     progress:     show tqdm progress bars.
     """
+    from xcomp.examples import resolve
     from xcomp.pipeline import compile_model
 
-    return compile_model(model, target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress)
+    return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,
@@ -25,8 +27,9 @@ def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None
     """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
     (per group: default and best latency, speedup, trials) and the search history."""
     from xcomp.autotune.tuner import tune_model
+    from xcomp.examples import resolve
 
-    return tune_model(model, target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
+    return tune_model(resolve(model), target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
                       input_shapes=input_shapes, seed=seed, progress=progress)
 
 
