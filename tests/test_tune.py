@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import onnx
 
 import xcomp
-from conftest import ort_run, tiny_mlp
+from conftest import make_model, ort_run, tiny_mlp
 from xcomp.db import TuningDB
 
 
@@ -50,3 +51,64 @@ def test_tune_cli_json_and_db_export(tmp_path):
                         "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["exported"] == doc["trials"]
+
+
+class _FakeBuilder:
+    """Every config 'builds' (nothing is compiled): the search loop runs in well under a second."""
+
+    def build(self, func_json, target, knob_list):
+        from xcomp.autotune.measure import BuildResult
+
+        return [BuildResult(knobs, "fake.so") for knobs in knob_list]
+
+    def close(self):
+        pass
+
+
+class _FakeRunner:
+    """A made-up latency per config, the same in every process."""
+
+    def run(self, reference, builds, target, params):
+        from xcomp.autotune.measure import MeasureResult
+        from xcomp.db import canonical_knobs
+
+        return [MeasureResult(b.knobs, [1.0 + zlib.crc32(canonical_knobs(b.knobs).encode()) % 1000 / 1000])
+                for b in builds]
+
+    def close(self):
+        pass
+
+
+def _tune_gemm_with_fakes(tmp_path, guided):
+    from xcomp.autotune.tuner import Tuner, model_tasks
+    from xcomp.backends import get_backend
+
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
+    model = make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
+                       [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
+                       [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+    backend = get_backend("cpu")
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        tuner = Tuner(backend, db, seed=0, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
+                      guided=guided)
+        tasks = tuner.tune(model_tasks(model, backend, None), trials=32)
+    return tuner, tasks
+
+
+def test_unguided_tuner_never_consults_the_cost_model(tmp_path, monkeypatch):
+    from xcomp.costmodel import CostModel, FeatureExtractor
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the unguided tuner used the cost model")
+
+    for cls, name in ((CostModel, "__init__"), (CostModel, "fit"), (CostModel, "predict"),
+                      (FeatureExtractor, "__init__"), (FeatureExtractor, "vector")):
+        monkeypatch.setattr(cls, name, forbidden)
+    tuner, (task,) = _tune_gemm_with_fakes(tmp_path, guided=False)
+    assert task.trials == 33 and len(task.curve) == 33  # the default, then the 32 trials of the budget
+
+
+def test_guided_tuner_ranks_with_the_cost_model(tmp_path):
+    tuner, (task,) = _tune_gemm_with_fakes(tmp_path, guided=True)
+    assert tuner.cost_model.trained and task.trials == 33

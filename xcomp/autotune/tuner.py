@@ -74,17 +74,21 @@ def model_tasks(model, backend, input_shapes):
 
 
 class Tuner:
+    """guided=False never builds nor consults the cost model: the same proposals (random samples, mutations and
+    crossovers of the best measured) in random order, the baseline that shows what the model is worth."""
+
     def __init__(self, backend, db: TuningDB, seed: int = 0, batch_size: int = 8, runner=None, builder=None,
-                 progress: bool = True):
+                 progress: bool = True, guided: bool = True):
         self.backend = backend
+        self.guided = guided
         self.db = db
         self.rng = random.Random(seed)
         self.batch_size = batch_size
         self.builder = builder or LocalBuilder()
         self.runner = runner or LocalRunner()
         self.progress = progress
-        self.cost_model = CostModel(seed=seed)
-        self.features = FeatureExtractor(backend.spec, backend.target())
+        self.cost_model = CostModel(seed=seed) if guided else None
+        self.features = FeatureExtractor(backend.spec, backend.target()) if guided else None
         self._train_x, self._train_y, self._train_g = [], [], []
         self.history = []  # (trial number, task key, median ms) in measurement order
 
@@ -111,13 +115,18 @@ class Tuner:
             if ms < task.best_ms:
                 task.best_ms, task.best_knobs = ms, result.knobs
             task.curve.append(task.best_ms)
-            try:
-                self._train_x.append(self._vector(task, result.knobs))
-                self._train_y.append(ms)
-                self._train_g.append(task.group.key)
-            except Exception:  # a config that cannot even be scheduled teaches nothing about speed
-                pass
+            self._learn(task, result.knobs, ms)
         return results
+
+    def _learn(self, task, knobs, ms):
+        if not self.guided:
+            return
+        try:
+            self._train_x.append(self._vector(task, knobs))
+            self._train_y.append(ms)
+            self._train_g.append(task.group.key)
+        except Exception:  # a config that cannot even be scheduled teaches nothing about speed
+            pass
 
     def _start(self, task):
         """Measure the default config (the reference for numerics) and load what the database knows."""
@@ -143,7 +152,7 @@ class Tuner:
             self.cost_model.fit(np.stack(self._train_x), np.asarray(self._train_y), self._train_g)
 
     def _score(self, task):
-        if not self.cost_model.trained:
+        if not self.guided or not self.cost_model.trained:
             return None
 
         def score(configs):
@@ -161,6 +170,35 @@ class Tuner:
 
     # -- the loop -------------------------------------------------------------------------------------------
 
+    def start(self, tasks):
+        """Measure every task's default config and load what the database knows (tune() does this first)."""
+        for task in bar(tasks, desc="defaults", unit="group", enabled=self.progress, leave=False):
+            self._start(task)
+        self._retrain()
+
+    def step(self, tasks, count: int):
+        """Measure one batch of up to `count` new configs of the task expected to gain most; retrain.
+
+        Returns (that task, configs measured), or (None, 0) once every task's knob space is exhausted. A caller
+        may interleave the steps of several tuners (benchmarks/learning_curve.py does); close() afterwards."""
+        while True:
+            open_tasks = [t for t in tasks if not t.exhausted]
+            if not open_tasks:
+                return None, 0
+            untried = [t for t in open_tasks if t.trials < 2 * self.batch_size]
+            task = untried[0] if untried else max(open_tasks, key=lambda t: t.priority())
+            batch = propose(task.template, task.measured, count, self.rng, score=self._score(task))
+            if batch:
+                break
+            task.exhausted = True
+        self._measure(task, batch)
+        self._retrain()
+        return task, len(batch)
+
+    def close(self):
+        self.builder.close()
+        self.runner.close()
+
     def tune(self, tasks, trials: int | None = None, time_budget_s: float | None = None) -> list:
         if trials is None and time_budget_s is None:
             trials = 64 * len(tasks)
@@ -169,31 +207,20 @@ class Tuner:
                        bar_format=None if trials else "{desc}: {n} trials [{elapsed}]")
         spent = 0
         try:
-            for task in bar(tasks, desc="defaults", unit="group", enabled=self.progress, leave=False):
-                self._start(task)
-            self._retrain()
+            self.start(tasks)
             while (trials is None or spent < trials) and time.monotonic() < deadline:
-                open_tasks = [t for t in tasks if not t.exhausted]
-                if not open_tasks:
+                task, measured = self.step(tasks, self.batch_size if trials is None else
+                                           min(self.batch_size, trials - spent))
+                if task is None:
                     break
-                untried = [t for t in open_tasks if t.trials < 2 * self.batch_size]
-                task = untried[0] if untried else max(open_tasks, key=lambda t: t.priority())
-                count = self.batch_size if trials is None else min(self.batch_size, trials - spent)
-                batch = propose(task.template, task.measured, count, self.rng, score=self._score(task))
-                if not batch:
-                    task.exhausted = True
-                    continue
-                self._measure(task, batch)
-                spent += len(batch)
-                overall.update(len(batch))
+                spent += measured
+                overall.update(measured)
                 overall.set_postfix_str(f"{task.group.kind} best {task.best_ms:.3f}ms")
-                self._retrain()
         except KeyboardInterrupt:
             overall.write("interrupted: every measured candidate is in the database")
         finally:
             overall.close()
-            self.builder.close()
-            self.runner.close()
+            self.close()
         return tasks
 
 
