@@ -33,10 +33,13 @@ class ConvTemplate(CpuTemplate):
 
         super().__init__(func, spec)
         sch = s_tir.Schedule(func)
-        infos = root_blocks(sch)
+        infos = root_blocks(sch, symbolic=True)
         main = main_reduction(infos)
         if len(main.extents) != 7:
             raise ValueError("conv template expects (n, co, oh, ow, ci, kh, kw) iteration")
+        # a symbolic batch stays the outermost loop; tiles are sized from the static rest
+        if any(None in info.extents[1:] for info in infos):
+            raise ValueError("conv template needs every extent but the batch static")
         self.conv_name = main.name
         _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
         self.reduce_volume = main.extents[4] * main.extents[5] * main.extents[6]  # ci * kh * kw
@@ -53,7 +56,8 @@ class ConvTemplate(CpuTemplate):
         """Groups and the vectorized pixel axis of a conv on plain OIHW weights."""
         in_per_group, kh, kw = main.extents[4:]
         weight = (self.out_channels, in_per_group, kh, kw)
-        loads = [tuple(int(d) for d in load.source.shape) for load in mac_operands(main.block)]
+        loads = [tuple(int(d) if hasattr(d, "value") else None for d in load.source.shape)
+                 for load in mac_operands(main.block)]
         data = next(shape for shape in loads if shape != weight)
         self.groups = data[1] // in_per_group
         # 1x1, stride 1, unpadded: a channel's pixels are one contiguous run (flattening turns y * W + x back
