@@ -18,30 +18,8 @@ import random
 import numpy as np
 
 
-def _dataset(model, db_path, target):
-    from xcomp.autotune.tuner import model_tasks
-    from xcomp.backends import get_backend
-    from xcomp.costmodel import FeatureExtractor
-    from xcomp.db import TuningDB
-
-    backend = get_backend(target)
-    tasks = {t.group.key: t for t in model_tasks(model, backend, None)[0]}
-    features = FeatureExtractor(backend.spec, backend.target())
-    rows, latencies, groups = [], [], []
-    with TuningDB(db_path) as db:
-        records = db.records(target=backend.target_string, hw_fingerprint=backend.spec.fingerprint())
-    for record in records:
-        task = tasks.get(record.workload_key)
-        if task is None or not record.ok:
-            continue
-        func = task.template.schedule(record.knobs)
-        rows.append(features.vector(func, record.knobs, task.group.kind))
-        latencies.append(record.median_ms)
-        groups.append(record.workload_key)
-    return np.stack(rows), np.asarray(latencies), groups
-
-
 def main():
+    from xcomp.autotune.pretrain import training_set
     from xcomp.costmodel import CostModel, ranking_quality
     from xcomp.examples import resolve
 
@@ -54,7 +32,9 @@ def main():
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
 
-    x, y, groups = _dataset(resolve(args.model), args.db, args.target)
+    x, y, groups = training_set([resolve(args.model)], [args.db], args.target)
+    measured = np.isfinite(y)  # rank what ran; failures are the builder's and runner's business
+    x, y, groups = x[measured], y[measured], [g for g, m in zip(groups, measured) if m]
     keys = sorted(set(groups))
     random.Random(args.seed).shuffle(keys)
     held = set(keys[: max(1, int(len(keys) * args.holdout))])

@@ -13,6 +13,10 @@ import numpy as np
 
 from .features import FEATURES_VERSION, LENGTH
 
+# Trained on this project's tuning records (python -m xcomp.autotune.pretrain) and shipped with the package, so a
+# new user's first batches are ranked by a model rather than at random.
+PRETRAINED_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "cpu.json")
+
 
 def relevance(latencies: np.ndarray) -> np.ndarray:
     """Per-workload label in [0, 1]: best / latency, 0 for failures (inf)."""
@@ -69,10 +73,11 @@ class CostModel:
 
         return self._booster.predict(xgb.DMatrix(features))
 
-    def save(self, path):
+    def save(self, path, **provenance):
+        """provenance: strings kept in the file beside the trees (what it was trained on, where)."""
         if self._booster is None:
             raise ValueError("cannot save an untrained cost model")
-        self._booster.set_attr(features_version=str(FEATURES_VERSION))
+        self._booster.set_attr(features_version=str(FEATURES_VERSION), **provenance)
         self._booster.save_model(os.fspath(path))
 
     @classmethod
@@ -87,6 +92,14 @@ class CostModel:
                              f"need v{FEATURES_VERSION}")
         model._booster = booster
         return model
+
+
+def pretrained_model() -> "CostModel | None":
+    """The shipped model, or None when it is missing or was trained on another features version."""
+    try:
+        return CostModel.load(PRETRAINED_PATH)
+    except (OSError, ValueError):  # missing, stale, or unreadable (XGBoostError is a ValueError)
+        return None
 
 
 def ranking_quality(predicted: np.ndarray, latencies_ms: np.ndarray, groups: list) -> dict:

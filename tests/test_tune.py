@@ -79,20 +79,24 @@ class _FakeRunner:
         pass
 
 
+def _gemm_model():
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
+    return make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
+                      [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
+                      [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+
+
 def _tune_gemm_with_fakes(tmp_path, guided):
     from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
 
-    rng = np.random.default_rng(0)
-    weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
-    model = make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
-                       [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
-                       [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+    model = _gemm_model()
     backend = get_backend("cpu")
     with TuningDB(tmp_path / "t.sqlite") as db:
         tuner = Tuner(backend, db, seed=0, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
                       guided=guided)
-        tasks = tuner.tune(model_tasks(model, backend, None), trials=32)
+        tasks = tuner.tune(model_tasks(model, backend, None)[0], trials=32)
     return tuner, tasks
 
 
@@ -112,3 +116,45 @@ def test_unguided_tuner_never_consults_the_cost_model(tmp_path, monkeypatch):
 def test_guided_tuner_ranks_with_the_cost_model(tmp_path):
     tuner, (task,) = _tune_gemm_with_fakes(tmp_path, guided=True)
     assert tuner.cost_model.trained and task.trials == 33
+
+
+def test_pretrained_model_ranks_the_first_batches(tmp_path, monkeypatch):
+    """Before the tuner has 16 records of its own it ranks with the shipped model, not at random."""
+    import xcomp.autotune.tuner as tuner_module
+
+    calls = []
+
+    class _Prior:
+        def predict(self, features):
+            calls.append(len(features))
+            return -np.arange(len(features), dtype=np.float32)
+
+    monkeypatch.setattr(tuner_module, "pretrained_model", lambda: _Prior())
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        from xcomp.backends import get_backend
+
+        backend = get_backend("cpu")
+        tuner = tuner_module.Tuner(backend, db, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False)
+        tuner.tune(tuner_module.model_tasks(_gemm_model(), backend, None)[0], trials=8)
+    assert calls and not tuner.cost_model.trained
+
+
+def test_shipped_pretrained_model_loads():
+    from xcomp.costmodel import pretrained_model
+    from xcomp.costmodel.features import LENGTH
+
+    model = pretrained_model()
+    assert model is not None and model.trained, "costmodel/pretrained/cpu.json missing or for other features"
+    assert np.isfinite(model.predict(np.zeros((2, LENGTH), np.float32))).all()
+
+
+def test_pretrain_from_a_database(tmp_path):
+    """python -m xcomp.autotune.pretrain: records of a model's groups -> a model file the tuner can load."""
+    from xcomp.autotune.pretrain import main
+    from xcomp.costmodel import CostModel
+
+    _tune_gemm_with_fakes(tmp_path, guided=False)
+    path = tmp_path / "gemm.onnx"
+    onnx.save(_gemm_model(), path)
+    main(["--db", str(tmp_path / "t.sqlite"), "-m", str(path), "-o", str(tmp_path / "model.json")])
+    assert CostModel.load(tmp_path / "model.json").trained

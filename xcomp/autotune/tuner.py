@@ -16,7 +16,7 @@ import time
 import numpy as np
 from xcomp.progress import bar
 
-from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor
+from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
 from xcomp.db import Record, TuningDB, canonical_knobs
 from xcomp.errors import UserError
 from xcomp.autotune.measure import LocalBuilder, LocalRunner, func_params
@@ -75,12 +75,16 @@ def model_tasks(model, backend, input_shapes):
 
 class Tuner:
     """guided=False never builds nor consults the cost model: the same proposals (random samples, mutations and
-    crossovers of the best measured) in random order, the baseline that shows what the model is worth."""
+    crossovers of the best measured) in random order, the baseline that shows what the model is worth.
+
+    pretrained: until the model has trained on this run's own records (and the database's), rank with the model
+    that ships with xcomp, so the first batches are not random."""
 
     def __init__(self, backend, db: TuningDB, seed: int = 0, batch_size: int = 8, runner=None, builder=None,
-                 progress: bool = True, guided: bool = True):
+                 progress: bool = True, guided: bool = True, pretrained: bool = True):
         self.backend = backend
         self.guided = guided
+        self.prior = pretrained_model() if guided and pretrained else None
         self.db = db
         self.rng = random.Random(seed)
         self.batch_size = batch_size
@@ -136,6 +140,7 @@ class Tuner:
             task.measured[canonical_knobs(record.knobs)] = ms
             if ms < task.best_ms:
                 task.best_ms, task.best_knobs = ms, record.knobs
+            self._learn(task, record.knobs, ms)  # a resumed run is guided from its first batch
         default = task.template.default_knobs()
         builds = self.builder.build(task.func_json, self.backend.target_string, [default])
         if builds[0].artifact is None:
@@ -152,7 +157,10 @@ class Tuner:
             self.cost_model.fit(np.stack(self._train_x), np.asarray(self._train_y), self._train_g)
 
     def _score(self, task):
-        if not self.guided or not self.cost_model.trained:
+        if not self.guided:
+            return None
+        model = self.cost_model if self.cost_model.trained else self.prior
+        if model is None:
             return None
 
         def score(configs):
@@ -163,7 +171,7 @@ class Tuner:
                 except Exception:
                     rows.append(None)
             valid = [r for r in rows if r is not None]
-            preds = iter(self.cost_model.predict(np.stack(valid)) if valid else [])
+            preds = iter(model.predict(np.stack(valid)) if valid else [])
             return [next(preds) if r is not None else -np.inf for r in rows]
 
         return score
