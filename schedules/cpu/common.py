@@ -18,6 +18,12 @@ def divisors(n: int, limit: int | None = None) -> list:
     return [d for d in range(1, (limit or n) + 1) if n % d == 0]
 
 
+def vector_registers(spec) -> int:
+    """Vector registers a register tile may plan with: the spec's, or 16 (SSE/AVX2) for a hand-made spec that
+    leaves them out."""
+    return spec.vector_registers or 16
+
+
 def loop_extent(sch, loop) -> int | None:
     """A loop's extent; None when it is symbolic (a batch or sequence dim kept symbolic)."""
     extent = sch.get(loop).extent

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..analysis import mac_operands, main_reduction, root_blocks
 from .common import (CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial,
-                     tile_epilogue)
+                     tile_epilogue, vector_registers)
 
 
 
@@ -21,7 +21,7 @@ def accumulator_budget(spec) -> tuple:
     """(default, most) accumulator vectors in a register tile. Default: half the vector registers (measured with 32
     registers: 14-vector tiles ran 1.5-2x faster than 28-vector ones, whose unrolled write-back spills); the tuner
     may try up to all registers but two (a weight vector and a broadcast input)."""
-    registers = spec.vector_registers or 16
+    registers = vector_registers(spec)
     return registers // 2, registers - 2
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
-from .common import CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue
+from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue,
+                     vector_registers)
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -68,7 +69,7 @@ class MatmulTemplate(CpuTemplate):
         else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
             fits = [v for v in (spec.simd_width, spec.simd_width // 2, spec.simd_width // 4) if v >= 4]
             self.lanes = next((v for v in fits if self.n % v == 0), 1)
-        self.registers = spec.vector_registers or 16
+        self.registers = vector_registers(spec)
 
     @staticmethod
     def _operands(mac, i, j):
