@@ -1,0 +1,61 @@
+"""The single-group workloads of the tuning benchmarks (learning_curve.py, vs_metaschedule.py): a GEMM, a 3x3
+conv and a depthwise 3x3 conv, each a one-node ONNX model whose only operator group is what xcomp tunes (after
+our legalization: the conv weight, a constant, arrives packed). Also the timing steps both scripts share."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+# name -> (description, ONNX op, attributes, input shape, weight shape, output shape)
+WORKLOADS = {
+    "gemm": ("MatMul 512x512x512 fp32", "MatMul", {}, [512, 512], [512, 512], [512, 512]),
+    "conv3x3": ("Conv 1x64x56x56, 64 out, 3x3 pad 1", "Conv", {"pads": [1, 1, 1, 1]},
+                [1, 64, 56, 56], [64, 64, 3, 3], [1, 64, 56, 56]),
+    "dwconv3x3": ("depthwise Conv 1x128x56x56, 3x3 pad 1, group 128", "Conv", {"pads": [1, 1, 1, 1], "group": 128},
+                  [1, 128, 56, 56], [128, 1, 3, 3], [1, 128, 56, 56]),
+}
+
+
+def onnx_model(name: str):
+    """y = op(x, W) with a constant random W."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    _, op, attrs, x_shape, w_shape, y_shape = WORKLOADS[name]
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal(w_shape).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node(op, ["x", "W"], ["y"], **attrs)], name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], initializer=[weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def task(name: str, backend):
+    """A fresh xcomp tuning Task for the workload's one operator group."""
+    from xcomp.autotune.tuner import model_tasks
+
+    tasks = model_tasks(onnx_model(name), backend, None)
+    if len(tasks) != 1:
+        raise RuntimeError(f"{name}: expected one operator group, got {[t.group.name for t in tasks]}")
+    return tasks[0]
+
+
+def preload_tensor_intrin():
+    """MetaSchedule's TuneContext, which our cost model's features and ms.tune_tir both create, imports
+    tvm.s_tir.tensor_intrin once per process (about a minute here): pay that before any tuning clock starts."""
+    start = time.perf_counter()
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
+    print(f"# import tvm.s_tir.tensor_intrin: {time.perf_counter() - start:.0f} s (in no wall time below)",
+          file=sys.stderr, flush=True)
+
+
+def interleaved_medians(timers: dict, rounds: int) -> dict:
+    """{key: median ms over rounds}: every timer (benchmarks/gemm.py's Timer) called once per round, in turn, so a
+    busier moment of the shared machine hits all of them alike."""
+    samples = {key: [] for key in timers}
+    for _ in range(rounds):
+        for key, timer in timers.items():
+            samples[key].append(timer())
+    return {key: float(np.median(values)) for key, values in samples.items()}
