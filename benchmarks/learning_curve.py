@@ -6,7 +6,8 @@ Usage: python benchmarks/learning_curve.py [--trials 64] [--seeds 0 1] [--batch-
 WORKLOAD is one of gemm, conv3x3, dwconv3x3 (default: all; see benchmarks/workloads.py). For every workload and
 seed, two xcomp Tuners run with the same budget and seed, each on a fresh database, one batch each in turn:
 guided (candidates ranked by the XGBoost cost model, which trains once 16 records exist and retrains after every
-batch; until then both runs propose the same configs) and unguided (`Tuner(guided=False)`: the same proposals,
+batch; until then both runs propose the same configs, unless --pretrained ranks them with the shipped model) and
+unguided (`Tuner(guided=False)`: the same proposals,
 random samples plus mutations and crossovers of the best measured, taken in random order). Both start by
 measuring the template's default config (trial 0, the baseline).
 
@@ -87,7 +88,7 @@ def retime(template, backend, configs: list, rounds: int) -> dict:
     return workloads.interleaved_medians(timers, rounds)
 
 
-def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: int) -> list:
+def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: int, pretrained: bool) -> list:
     """Guided and unguided tuning of the workload, each on a fresh database, batch for batch in alternation.
 
     One run dict per mode whose curve is, after each trial, the latency of the config the tuner held for best
@@ -100,7 +101,8 @@ def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: in
         racers = []
         for mode, guided in MODES.items():
             db = TuningDB(os.path.join(tmp, f"{mode}.sqlite"))
-            tuner = Tuner(backend, db, seed=seed, batch_size=batch_size, progress=False, guided=guided)
+            tuner = Tuner(backend, db, seed=seed, batch_size=batch_size, progress=False, guided=guided,
+                          pretrained=pretrained)
             racers.append(Racer(name, mode, tuner, db, workloads.task(name, backend)))
         try:
             for racer in racers:
@@ -212,6 +214,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds re-timing the held-best configs")
     parser.add_argument("--plot", default="learning_curve.png", help="PNG path")
     parser.add_argument("--json", help="also write every run and the table here")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="the guided run also starts from the shipped cost model (costmodel/pretrained/): what a "
+                             "new user gets; off by default, so the curve shows what the model learns online")
     args = parser.parse_args()
     unknown = set(args.workloads) - set(workloads.WORKLOADS)
     if unknown:
@@ -223,7 +228,7 @@ def main():
     runs = []
     for name in args.workloads or list(workloads.WORKLOADS):
         for seed in args.seeds:
-            for run in race(name, backend, args.trials, seed, args.batch_size, args.rounds):
+            for run in race(name, backend, args.trials, seed, args.batch_size, args.rounds, args.pretrained):
                 runs.append(run)
                 print(f"# {name} seed {seed} {run['mode']}: default {run['curve'][0]:.3f} ms -> best "
                       f"{run['curve'][-1]:.3f} ms (as tuned {run['tuning_curve'][-1]:.3f}) in {run['trials']} trials, "

@@ -35,7 +35,7 @@ def task(name: str, backend):
     """A fresh xcomp tuning Task for the workload's one operator group."""
     from xcomp.autotune.tuner import model_tasks
 
-    tasks = model_tasks(onnx_model(name), backend, None)
+    tasks, _ = model_tasks(onnx_model(name), backend, None)
     if len(tasks) != 1:
         raise RuntimeError(f"{name}: expected one operator group, got {[t.group.name for t in tasks]}")
     return tasks[0]
