@@ -68,7 +68,7 @@ class _FakeBuilder:
 class _FakeRunner:
     """A made-up latency per config, the same in every process."""
 
-    def run(self, reference, builds, target, params):
+    def run(self, reference, builds, target, params, workload=None):
         from xcomp.autotune.measure import MeasureResult
         from xcomp.db import canonical_knobs
 

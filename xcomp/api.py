@@ -23,14 +23,15 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,
-         input_shapes: dict | None = None, seed: int = 0, progress: bool = False) -> dict:
+         input_shapes: dict | None = None, seed: int = 0, progress: bool = False, runner=None) -> dict:
     """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
-    (per group: default and best latency, speedup, trials) and the search history."""
+    (per group: default and best latency, speedup, trials) and the search history. `runner`: where candidates
+    are measured (default: this machine); xcomp.autotune.bundle.BundleRunner or rpc.RPCRunner measure elsewhere."""
     from xcomp.autotune.tuner import tune_model
     from xcomp.examples import resolve
 
     return tune_model(resolve(model), target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
-                      input_shapes=input_shapes, seed=seed, progress=progress)
+                      input_shapes=input_shapes, seed=seed, progress=progress, runner=runner)
 
 
 def load(path):

@@ -22,6 +22,8 @@ examples:
   xcomp bench onnx:light_resnet50 --baseline onnxruntime
   xcomp tune model.onnx --trials 500 --db tune.sqlite  tune, then: xcomp compile model.onnx --db tune.sqlite
   xcomp db export tune.sqlite records.jsonl            share records with another machine (db import)
+  xcomp tune model.onnx -t cuda:sm_90 --runner bundle --bundle-dir b/
+                                                       tune a GPU from a CPU-only machine (measured by b/run.py there)
 
 models: a path to an .onnx file, or onnx:NAME for a model that ships inside the onnx package
         (onnx:light_resnet50, onnx:light_vgg19, onnx:test_AvgPool2d, ...).
@@ -215,22 +217,64 @@ def _parse_duration(text):
         raise UserError(f"--time {text!r}: expected seconds or a duration such as 90s, 10m, 1h") from None
 
 
+def _make_runner(args):
+    """The --runner: None measures here; bundle and rpc measure on another machine."""
+    from xcomp.errors import UserError
+
+    if args.runner == "bundle":
+        from xcomp.autotune.bundle import BundleRunner
+
+        if not args.bundle_dir:
+            raise UserError("--runner bundle needs --bundle-dir DIR (the folder to carry to the measuring machine)")
+        return BundleRunner(args.bundle_dir)
+    if args.runner == "rpc":
+        from xcomp.autotune.rpc import RPCRunner, parse_tracker
+
+        if not (args.rpc_tracker and args.rpc_key):
+            raise UserError("--runner rpc needs --rpc-tracker HOST:PORT and --rpc-key KEY")
+        return RPCRunner(*parse_tracker(args.rpc_tracker), args.rpc_key)
+    return None
+
+
+def _print_bundle_imported(runner):
+    if runner.imported:
+        i = runner.imported
+        print(f"imported {i['imported']} result(s) from {runner.folder} (measured on {i['device']['name']}"
+              + (f"; {i['not_measured']} candidate(s) the run did not reach" if i["not_measured"] else "") + ")\n")
+
+
+def _print_bundle_next(runner, args):
+    import shlex
+
+    if runner.pending:
+        print("\n" + runner.instructions(" ".join(shlex.quote(a) for a in args.argv)))
+    else:
+        print("nothing left to measure: every group's knob space is exhausted or the trials are spent")
+
+
 def cmd_tune(args):
     import math
 
     import xcomp
 
+    runner = _make_runner(args)
     result = xcomp.tune(_model_arg(args.model), target=args.target, db=args.db, trials=args.trials,
                         time_budget_s=_parse_duration(args.time) if args.time else None,
-                        input_shapes=_input_shapes(args), seed=args.seed, progress=not args.quiet)
+                        input_shapes=_input_shapes(args), seed=args.seed, progress=not args.quiet, runner=runner)
+    bundle = args.runner == "bundle"
+    if bundle:
+        result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending}
     if args.json:
         return result
 
-    def ms(v):
-        return f"{v:.4f}" if v is not None and math.isfinite(v) else "failed"
+    def ms(v, waiting=False):
+        return f"{v:.4f}" if v is not None and math.isfinite(v) else "pending" if waiting else "failed"
 
-    rows = [(g["group"][:40], g["kind"], g["count"], g["trials"], ms(g["default_ms"]), ms(g["best_ms"]),
-             f"{g['speedup']:.2f}x" if g["speedup"] else "-") for g in result["groups"]]
+    if bundle:
+        _print_bundle_imported(runner)
+    rows = [(g["group"][:40], g["kind"], g["count"], g["trials"], ms(g["default_ms"], g["waiting"]),
+             ms(g["best_ms"], g["waiting"]), f"{g['speedup']:.2f}x" if g["speedup"] else "-")
+            for g in result["groups"]]
     print(_table(rows, ["group", "kind", "count", "trials", "default ms", "tuned ms", "speedup"]))
     print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
           f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
@@ -240,6 +284,8 @@ def cmd_tune(args):
         symbols = sorted({s for g in untuned for s in g["symbols"]})
         print(f"{len(untuned)} group(s) with symbolic dims {symbols} not tuned (their generic schedule serves every "
               f"size); to tune them, tune and compile with --input-shape")
+    if bundle:
+        _print_bundle_next(runner, args)
     return None
 
 
@@ -250,6 +296,15 @@ def cmd_db(args):
         if args.action == "export":
             n = db.export_jsonl(args.file)
             result = {"exported": n, "file": args.file}
+        elif args.action == "import-results":
+            from xcomp.autotune.bundle import import_results
+
+            summary = import_results(args.file, db)
+            if summary is None:
+                from xcomp.errors import UserError
+
+                raise UserError(f"{args.file}: no measurement bundle there (nothing to import)")
+            result = dict(summary, folder=args.file)
         else:
             new, old = db.import_jsonl(args.file)
             result = {"imported": new, "already_present": old, "file": args.file}
@@ -413,15 +468,23 @@ def build_parser():
     p.add_argument("--trials", type=int, help="total measured candidates (default 64 per unique group)")
     p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
+                   help="where candidates are measured: local (this machine, default); bundle (written to "
+                        "--bundle-dir, measured by its run.py on another machine, imported by the next run: one "
+                        "batch per group per round trip); rpc (a machine behind a tvm.rpc tracker)")
+    p.add_argument("--bundle-dir", metavar="DIR", help="--runner bundle: the folder carried to the measuring machine")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="--runner rpc: the tvm.rpc tracker")
+    p.add_argument("--rpc-key", metavar="KEY", help="--runner rpc: the device key servers registered with")
     common(p)
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("db", help="export / import tuning records as JSONL (share between machines)",
                        description="Move tuning records between machines: export to JSONL, import from JSONL "
-                                   "(records already present are skipped).")
-    p.add_argument("action", choices=["export", "import"])
+                                   "(records already present are skipped), or import-results of a measured "
+                                   "bundle folder (xcomp tune --runner bundle).")
+    p.add_argument("action", choices=["export", "import", "import-results"])
     p.add_argument("db", help="tuning database (.sqlite)")
-    p.add_argument("file", help="JSONL file to write (export) or read (import)")
+    p.add_argument("file", help="JSONL file to write (export) or read (import); bundle folder (import-results)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(func=cmd_db)
 

@@ -1,8 +1,9 @@
 """Measuring candidates: build in a process pool, run in an isolated worker process with a timeout.
 
 A candidate that fails to build, crashes the runner, hangs, or computes a different answer than the group's
-default schedule becomes a failed result with the reason, never a dead tuner. The `Runner` interface is what a
-remote runner (a GPU machine, tvm.rpc) implements too.
+default schedule becomes a failed result with the reason, never a dead tuner. The `Runner` interface is what the
+remote runners implement too (bundle.py: measured on another machine later; rpc.py: through a tvm.rpc tracker);
+the checking and timing itself is bundle_run.py's, one implementation for all of them.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import multiprocessing
 import os
 import tempfile
 import time
-import traceback
 
 import numpy as np
 
-from xcomp.errors import describe
+from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason
+from xcomp.autotune.bundle_run import random_args  # noqa: F401 - re-exported: profiles and tests make inputs too
+from xcomp.db import Record
 
 # -- results ----------------------------------------------------------------------------------------------------
 
@@ -45,10 +47,6 @@ class MeasureResult:
     @property
     def median_ms(self) -> float:
         return float(np.median(self.latencies_ms)) if self.ok else float("inf")
-
-
-def _last_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {describe(err)}"
 
 
 # -- building -----------------------------------------------------------------------------------------------------
@@ -78,7 +76,7 @@ def build_candidate(func_json: str, target: str, knobs: dict | None, out_dir: st
         executable.export_library(path)
         return BuildResult(chosen, path, None, time.perf_counter() - start)
     except Exception as err:  # any failure is this candidate's, recorded with its reason
-        return BuildResult(knobs or {}, None, "build: " + _last_line(err), time.perf_counter() - start)
+        return BuildResult(knobs or {}, None, "build: " + failure_reason(err), time.perf_counter() - start)
 
 
 class LocalBuilder:
@@ -107,7 +105,7 @@ class LocalBuilder:
                 results.append(BuildResult(knobs or {}, None, f"build: timed out after {self.timeout_s:.0f}s"))
                 self._restart()
             except Exception as err:  # the worker died (e.g. a segfault in codegen)
-                results.append(BuildResult(knobs or {}, None, "build: worker crashed: " + _last_line(err)))
+                results.append(BuildResult(knobs or {}, None, "build: worker crashed: " + failure_reason(err)))
                 self._restart()
         return results
 
@@ -127,131 +125,64 @@ class LocalBuilder:
 # -- running ------------------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Who a measurement belongs to: what a runner needs to make database records of its results."""
+
+    key: str  # the operator group's structural key
+    kind: str
+    target: str
+    hw_fingerprint: str
+    features_version: int
+
+    def record(self, knobs: dict, latencies_ms: list, error: str | None) -> Record:
+        return Record(self.key, self.kind, self.target, self.hw_fingerprint, knobs, latencies_ms, error,
+                      self.features_version)
+
+
+class MeasurementDeferred(Exception):
+    """Raised by a runner that measures later, elsewhere (a bundle for another machine): the batch is queued and
+    its results reach the database in a later run."""
+
+
 class Runner(abc.ABC):
     """Times built candidates of one workload and checks them against a reference build."""
 
+    def begin(self, db):
+        """Called with the tuning database before tuning starts (a deferred runner imports results that came
+        back)."""
+
     @abc.abstractmethod
-    def run(self, reference: str, builds: list, target: str, params: list) -> list:
+    def run(self, reference: str, builds: list, target: str, params: list, workload: Workload) -> list:
         """reference: artifact of the default schedule; builds: [BuildResult]; params: [(shape, dtype)] of
-        the workload's buffers -> [MeasureResult] in the same order."""
+        the workload's buffers -> [MeasureResult] in the same order, or MeasurementDeferred."""
 
     def close(self):
         pass
 
 
-def random_args(func_params, seed: int):
-    """Deterministic data for every buffer: floats in [-1, 1), integers 0 (always a valid index)."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for shape, dtype in func_params:
-        if np.issubdtype(np.dtype(dtype), np.floating):
-            arrays.append(rng.uniform(-1, 1, shape).astype(dtype))
-        else:
-            arrays.append(np.zeros(shape, dtype))
-    return arrays
-
-
-def _run_worker(conn):
-    """Runner process: loads libraries, runs them, replies with timings and a correctness verdict."""
-    import tvm
-
-    from xcomp.backends import get_backend
-
-    references = {}
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        try:
-            backend = get_backend(request["target"])
-            dev = backend.device()
-
-            def execute(path, args_np):
-                lib = tvm.runtime.load_module(path)
-                args = [tvm.runtime.tensor(a, dev) for a in args_np]
-                lib["main"](*args)
-                dev.sync()
-                return lib, args
-
-            params = request["params"]
-            ref_key = (request["reference"], tuple(map(tuple, (p[0] for p in params))))
-            if ref_key not in references:
-                _, ref_args = execute(request["reference"], random_args(params, 0))
-                references[ref_key] = [a.numpy() for a in ref_args]
-            lib, args = execute(request["artifact"], random_args(params, 0))
-            for got, want in zip(args, references[ref_key]):
-                got = got.numpy()
-                if not np.allclose(got, want, rtol=1e-3, atol=1e-4, equal_nan=True):
-                    err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-                    conn.send({"error": f"wrong result: max |diff| {err:.3g} vs the default schedule"})
-                    break
-            else:
-                timer = lib.time_evaluator("main", dev, number=request["number"], repeat=request["repeat"],
-                                           min_repeat_ms=request["min_repeat_ms"])
-                conn.send({"latencies_ms": [t * 1e3 for t in timer(*args).results]})
-        except Exception as err:
-            conn.send({"error": "run: " + _last_line(err), "trace": traceback.format_exc(limit=3)})
-
-
 class LocalRunner(Runner):
-    """One isolated runner process; a hang is killed after `timeout_s`, a crash is reported, then it restarts."""
+    """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer)."""
 
     def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20):
-        self.timeout_s = timeout_s
-        self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
-        self._proc = None
-        self._conn = None
+        self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
+        self._measurer = IsolatedMeasurer(timeout_s)
 
-    def _start(self):
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_run_worker, args=(child,), daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
-        self._fresh = True  # its first request also pays for importing TVM
-
-    def _stop(self):
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(timeout=5)
-        self._proc = self._conn = None
-
-    def run(self, reference, builds, target, params):
+    def run(self, reference, builds, target, params, workload=None):
         results = []
         for build in builds:
             if build.artifact is None:
                 results.append(MeasureResult(build.knobs, [], build.error, build.build_s))
                 continue
-            if self._proc is None or not self._proc.is_alive():
-                self._start()
-            request = {"target": target, "reference": reference, "artifact": build.artifact, "params": params,
-                       "number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms}
-            self._conn.send(request)
-            results.append(MeasureResult(build.knobs, [], None, build.build_s))
-            reply = self._await_reply()
-            results[-1].latencies_ms = reply.get("latencies_ms", [])
-            results[-1].error = reply.get("error")
+            reply = self._measurer.measure({"device": device_kind(target), "reference": reference,
+                                            "artifact": build.artifact, "params": params, "seed": INPUT_SEED,
+                                            **self.settings})
+            results.append(MeasureResult(build.knobs, reply.get("latencies_ms", []), reply.get("error"),
+                                         build.build_s))
         return results
 
-    def _await_reply(self) -> dict:
-        grace, self._fresh = (60.0 if self._fresh else 0.0), False
-        if not self._conn.poll(self.timeout_s + grace):
-            self._stop()
-            return {"error": f"run: timed out after {self.timeout_s:.0f}s"}
-        try:
-            return self._conn.recv()
-        except EOFError:  # the process died mid-run: a segfault, an abort, ...
-            self._proc.join(timeout=5)
-            code = self._proc.exitcode
-            self._stop()
-            return {"error": f"run: crashed (exit code {code})"}
-
     def close(self):
-        if self._conn is not None:
-            self._conn.close()
-        self._stop()
+        self._measurer.close()
 
 
 def func_params(func) -> list:

@@ -17,9 +17,9 @@ import numpy as np
 from xcomp.progress import bar
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
-from xcomp.db import Record, TuningDB, canonical_knobs
+from xcomp.db import TuningDB, canonical_knobs
 from xcomp.errors import UserError
-from xcomp.autotune.measure import LocalBuilder, LocalRunner, func_params
+from xcomp.autotune.measure import LocalBuilder, LocalRunner, MeasurementDeferred, Workload, func_params
 from xcomp.autotune.search import propose
 
 
@@ -35,6 +35,7 @@ class Task:
     reference: str | None = None  # artifact of the default schedule: the numerics every candidate must match
     trials: int = 0
     exhausted: bool = False
+    waiting: bool = False  # its last batch went to a deferred runner: results come in a later run
     measured: dict = dataclasses.field(default_factory=dict)  # canonical knobs -> median ms (inf: failed)
     curve: list = dataclasses.field(default_factory=list)  # best ms after each trial of this run
 
@@ -104,13 +105,16 @@ class Tuner:
     def _measure(self, task, knob_list):
         params = func_params(task.group.func)
         builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
-        results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string, params)
-        fingerprint = self.backend.spec.fingerprint()
-        records = []
-        for result in results:
-            records.append(Record(task.group.key, task.group.kind, self.backend.target_string, fingerprint,
-                                  result.knobs, result.latencies_ms, result.error, FEATURES_VERSION))
-        self.db.add_batch(records)  # committed before anything else happens: a kill loses nothing measured
+        workload = Workload(task.group.key, task.group.kind, self.backend.target_string,
+                            self.backend.spec.fingerprint(), FEATURES_VERSION)
+        try:
+            results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
+                                      params, workload=workload)
+        except MeasurementDeferred:
+            task.waiting = True
+            return []
+        # committed before anything else happens: a kill loses nothing measured
+        self.db.add_batch([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
         for result in results:
             ms = result.median_ms
             task.measured[canonical_knobs(result.knobs)] = ms
@@ -149,8 +153,8 @@ class Tuner:
         if canonical_knobs(default) in task.measured:
             task.default_ms = task.measured[canonical_knobs(default)]
         else:
-            result = self._measure(task, [default])[0]
-            task.default_ms = result.median_ms
+            for result in self._measure(task, [default]):
+                task.default_ms = result.median_ms
 
     def _retrain(self):
         if len(self._train_y) >= 16 and len(set(self._train_g)) >= 1:
@@ -187,10 +191,11 @@ class Tuner:
     def step(self, tasks, count: int):
         """Measure one batch of up to `count` new configs of the task expected to gain most; retrain.
 
-        Returns (that task, configs measured), or (None, 0) once every task's knob space is exhausted. A caller
-        may interleave the steps of several tuners (benchmarks/learning_curve.py does); close() afterwards."""
+        Returns (that task, configs measured or queued), or (None, 0) once every task's knob space is exhausted
+        or waits for a deferred runner's results. A caller may interleave the steps of several tuners
+        (benchmarks/learning_curve.py does); close() afterwards."""
         while True:
-            open_tasks = [t for t in tasks if not t.exhausted]
+            open_tasks = [t for t in tasks if not (t.exhausted or t.waiting)]
             if not open_tasks:
                 return None, 0
             untried = [t for t in open_tasks if t.trials < 2 * self.batch_size]
@@ -239,7 +244,7 @@ def summary(tasks) -> list:
             "group": t.group.name, "kind": t.group.kind, "key": t.group.key, "count": t.count,
             "trials": t.trials, "default_ms": t.default_ms, "best_ms": t.best_ms,
             "speedup": (t.default_ms / t.best_ms) if math.isfinite(t.best_ms) and t.best_ms > 0 else None,
-            "best_knobs": t.best_knobs,
+            "best_knobs": t.best_knobs, "waiting": t.waiting,
         })
     return rows
 
@@ -250,8 +255,11 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
 
     backend = get_backend(target)
     if not backend.can_run() and runner is None:
-        raise UserError(f"cannot measure {backend.target_string} on this machine; use a remote runner")
+        raise UserError(f"cannot measure {backend.target_string} on this machine; measure on one that can with "
+                        "--runner bundle (carry files there and back) or --runner rpc (a tvm.rpc tracker)")
     with TuningDB(db_path) as db:
+        if runner is not None:
+            runner.begin(db)
         tasks, symbolic = model_tasks(model, backend, input_shapes)
         tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
