@@ -94,10 +94,11 @@ class BundleRunner(Runner):
 
     def instructions(self, rerun: str) -> str:
         """What the user does next; `rerun` is the command that imports the results and goes on."""
+        cuda = "; libcudart on LD_LIBRARY_PATH" if self.manifest["device"] == "cuda" else ""
         return (f"{self.pending} candidate(s) of {len(self.manifest['workloads'])} operator group(s) wait in "
                 f"{self.folder} to be measured on a {self.manifest['target']} machine. Copy that folder there and run "
-                f"(needs python3, numpy, apache-tvm=={self.manifest['tvm_version']}; for CUDA also libcudart on "
-                f"LD_LIBRARY_PATH):\n    python3 {os.path.basename(self.folder)}/{SCRIPT}\n"
+                f"(needs python3, numpy, apache-tvm=={self.manifest['tvm_version']}{cuda}):\n"
+                f"    python3 {os.path.basename(self.folder)}/{SCRIPT}\n"
                 f"then copy its {RESULTS} back into {self.folder} here and run again:\n    {rerun}")
 
 
