@@ -73,41 +73,34 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
     return {"latencies_ms": [t * 1e3 for t in timer(*args).results]}
 
 
-def reference_cache(load, dev):
-    """outputs(request): the reference's buffers after one run on the request's inputs, run once per
-    (reference, params, seed)."""
+def reference_outputs(load, dev, request, cache: dict) -> list:
+    """The reference's buffers after one run on the request's inputs, computed once per (reference, params, seed)
+    and kept in `cache`."""
     import tvm
 
-    cache = {}
-
-    def outputs(request):
-        key = (request["reference"], json.dumps(request["params"]), request["seed"])
-        if key not in cache:
-            args = [tvm.runtime.tensor(a, dev) for a in random_args(request["params"], request["seed"])]
-            load(request["reference"])["main"](*args)
-            dev.sync()
-            cache[key] = [a.numpy() for a in args]
-        return cache[key]
-
-    return outputs
+    key = (request["reference"], json.dumps(request["params"]), request["seed"])
+    if key not in cache:
+        args = [tvm.runtime.tensor(a, dev) for a in random_args(request["params"], request["seed"])]
+        load(request["reference"])["main"](*args)
+        dev.sync()
+        cache[key] = [a.numpy() for a in args]
+    return cache[key]
 
 
 def _worker(conn):
     """The isolated process: one request at a time, each answered with timings or a failure reason."""
     import tvm
 
-    devices, outputs = {}, {}
+    caches = {}  # device kind -> reference outputs
     while True:
         try:
             request = conn.recv()
         except EOFError:
             return
         try:
-            kind = request["device"]
-            if kind not in devices:
-                devices[kind] = tvm.device(kind, 0)
-                outputs[kind] = reference_cache(tvm.runtime.load_module, devices[kind])
-            reply = check_and_time(tvm.runtime.load_module, devices[kind], outputs[kind](request), request)
+            dev, load = tvm.device(request["device"], 0), tvm.runtime.load_module
+            want = reference_outputs(load, dev, request, caches.setdefault(request["device"], {}))
+            reply = check_and_time(load, dev, want, request)
         except Exception as err:
             reply = {"error": "run: " + failure_reason(err), "trace": traceback.format_exc(limit=3)}
         conn.send(reply)
