@@ -44,7 +44,11 @@ def test_rpc_runner_measures_and_fails_cleanly(tmp_path, tracker_and_server):
         runner.run(built["ref"].artifact, [built["same"]], "cpu", PARAMS)
 
 
-def test_unreachable_tracker_and_bad_address_are_user_errors():
+def test_unreachable_tracker_and_bad_address_are_user_errors(capsys):
+    from xcomp.cli import main
+
+    assert main(["tune", "x.onnx", "--runner", "rpc", "--rpc-key", "k"]) == 1
+    assert "--rpc-tracker HOST:PORT" in capsys.readouterr().err
     with pytest.raises(UserError, match="HOST:PORT"):
         parse_tracker("localhost")
     runner = RPCRunner("127.0.0.1", 1, "nokey", request_timeout_s=5)
