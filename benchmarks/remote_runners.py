@@ -51,7 +51,7 @@ def local(model, trials, work):
 
 
 def bundle(model, trials, work, target_count):
-    """Round trips until the database holds as many measurements as the local run made."""
+    """Round trips until the database holds `target_count` measurements."""
     import xcomp
     from xcomp.autotune.bundle import BundleRunner, import_results
     from xcomp.db import TuningDB

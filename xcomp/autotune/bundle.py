@@ -14,7 +14,6 @@ Each round trip measures one batch per operator group, proposed knowing every re
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import time
 import uuid
