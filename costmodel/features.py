@@ -9,10 +9,13 @@ candidates of different templates and targets.
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 
-FEATURES_VERSION = 1
+# 2: categorical knobs hashed with crc32 (v1 used Python's hash(), salted per process: a saved model saw other
+# values for `order` or `pad` than it was trained on)
+FEATURES_VERSION = 2
 PER_STORE = 164
 KNOB_SLOTS = 16
 KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
@@ -24,7 +27,7 @@ def _knob_number(value) -> float:
         return float(value)
     if isinstance(value, (int, float)):
         return math.log2(1.0 + abs(float(value)))
-    return float(hash(str(value)) % 997) / 997.0  # categorical: a stable scalar per choice
+    return float(zlib.crc32(str(value).encode()) % 997) / 997.0  # categorical: the same scalar in every process
 
 
 def knob_vector(knobs: dict) -> np.ndarray:

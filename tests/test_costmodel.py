@@ -55,3 +55,21 @@ def test_untrained_model_has_no_preference():
 
 def test_knob_vector_is_order_independent():
     assert np.array_equal(knob_vector({"a": 4, "b": True}), knob_vector({"b": True, "a": 4}))
+
+
+def test_knob_features_are_the_same_in_every_process():
+    """A saved (or shipped) model must see the values it was trained on: categorical knobs may not go through
+    Python's per-process salted hash()."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from xcomp.costmodel import knob_vector
+
+    code = "from xcomp.costmodel import knob_vector; print(knob_vector({'order': 'co_outer', 'pad': 'stage'}).tolist())"
+    here = knob_vector({"order": "co_outer", "pad": "stage"}).tolist()
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        assert json.loads(out) == here
