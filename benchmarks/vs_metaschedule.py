@@ -57,7 +57,7 @@ def tune_metaschedule(func, backend, trials: int, seed: int, per_iter: int) -> d
 
     from xcomp.autotune.measure import LocalRunner
 
-    timing = LocalRunner()  # xcomp's measurement settings, so both searches see equally noisy numbers
+    timing = LocalRunner().settings  # xcomp's measurement settings, so both searches see equally noisy numbers
     target = backend.target()
     # its log handler writes each iteration's table to sys.stdout as it is when tuning starts: keep the table ours
     with tempfile.TemporaryDirectory(prefix="ms-") as work_dir, contextlib.redirect_stdout(sys.stderr):
@@ -67,7 +67,7 @@ def tune_metaschedule(func, backend, trials: int, seed: int, per_iter: int) -> d
             builder=ms.builder.LocalBuilder(max_workers=backend.spec.cores, timeout_sec=60,
                                             f_build=build_without_tensor_intrin),
             runner=ms.runner.LocalRunner(timeout_sec=30, evaluator_config=ms.runner.EvaluatorConfig(
-                number=timing.number, repeat=timing.repeat, min_repeat_ms=timing.min_repeat_ms)),
+                number=timing["number"], repeat=timing["repeat"], min_repeat_ms=timing["min_repeat_ms"])),
             database="memory")
         wall_s = time.perf_counter() - start
         records = database.get_all_tuning_records()
