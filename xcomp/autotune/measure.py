@@ -160,6 +160,17 @@ class Runner(abc.ABC):
     def close(self):
         pass
 
+    @staticmethod
+    def _measure_each(builds, measure) -> list:
+        """[MeasureResult] per build: one that failed to build keeps its error, the others get `measure(build)`,
+        a reply {"latencies_ms": [...]} or {"error": reason}."""
+        results = []
+        for build in builds:
+            reply = {"error": build.error} if build.artifact is None else measure(build)
+            results.append(MeasureResult(build.knobs, reply.get("latencies_ms", []), reply.get("error"),
+                                         build.build_s))
+        return results
+
 
 class LocalRunner(Runner):
     """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer)."""
@@ -169,17 +180,10 @@ class LocalRunner(Runner):
         self._measurer = IsolatedMeasurer(timeout_s)
 
     def run(self, reference, builds, target, params, workload=None):
-        results = []
-        for build in builds:
-            if build.artifact is None:
-                results.append(MeasureResult(build.knobs, [], build.error, build.build_s))
-                continue
-            reply = self._measurer.measure({"device": device_kind(target), "reference": reference,
-                                            "artifact": build.artifact, "params": params, "seed": INPUT_SEED,
-                                            **self.settings})
-            results.append(MeasureResult(build.knobs, reply.get("latencies_ms", []), reply.get("error"),
-                                         build.build_s))
-        return results
+        request = {"device": device_kind(target), "reference": reference, "params": params, "seed": INPUT_SEED,
+                   **self.settings}
+        return self._measure_each(builds, lambda build: self._measurer.measure({**request,
+                                                                                "artifact": build.artifact}))
 
     def close(self):
         self._measurer.close()

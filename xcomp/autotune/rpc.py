@@ -15,7 +15,7 @@ import os
 import threading
 
 from xcomp.autotune.bundle_run import INPUT_SEED, check_and_time, device_kind, failure_reason, reference_outputs
-from xcomp.autotune.measure import MeasureResult, Runner
+from xcomp.autotune.measure import Runner
 from xcomp.errors import UserError
 
 
@@ -83,15 +83,11 @@ class RPCRunner(Runner):
             self._session = None
 
     def run(self, reference, builds, target, params, workload=None):
-        results = []
-        for build in builds:
-            if build.artifact is None:
-                results.append(MeasureResult(build.knobs, [], build.error, build.build_s))
-                continue
+        request = {"reference": reference, "params": params, **self.settings}
+
+        def measure(build):
             fresh, self._fresh = self._fresh, False
-            reply = self._measure(device_kind(target), {"reference": reference, "artifact": build.artifact,
-                                                        "params": params, **self.settings},
-                                  self.timeout_s + (self.startup_grace_s if fresh else 0.0))
-            results.append(MeasureResult(build.knobs, reply.get("latencies_ms", []), reply.get("error"),
-                                         build.build_s))
-        return results
+            return self._measure(device_kind(target), {**request, "artifact": build.artifact},
+                                 self.timeout_s + (self.startup_grace_s if fresh else 0.0))
+
+        return self._measure_each(builds, measure)
