@@ -218,15 +218,9 @@ def main():
                         help="the guided run also starts from the shipped cost model (costmodel/pretrained/): what a "
                              "new user gets; off by default, so the curve shows what the model learns online")
     args = parser.parse_args()
-    unknown = set(args.workloads) - set(workloads.WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}; known: {list(workloads.WORKLOADS)}")
-    from xcomp.backends import get_backend
-
-    backend = get_backend("cpu")
-    workloads.preload_tensor_intrin()
+    names, backend = workloads.setup(parser, args.workloads)
     runs = []
-    for name in args.workloads or list(workloads.WORKLOADS):
+    for name in names:
         for seed in args.seeds:
             for run in race(name, backend, args.trials, seed, args.batch_size, args.rounds, args.pretrained):
                 runs.append(run)

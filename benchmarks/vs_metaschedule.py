@@ -134,15 +134,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds of the final kernels")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    unknown = set(args.workloads) - set(workloads.WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}; known: {list(workloads.WORKLOADS)}")
-    from xcomp.backends import get_backend
-
-    backend = get_backend("cpu")
-    workloads.preload_tensor_intrin()
+    names, backend = workloads.setup(parser, args.workloads)
     rows = []
-    for name in args.workloads or list(workloads.WORKLOADS):
+    for name in names:
         rows += run_workload(name, backend, args.trials, args.seed, args.ms_per_iter, args.rounds)
     print(f"# {backend.spec.name}; target {backend.target()}; seed {args.seed}; MetaSchedule {args.ms_per_iter} "
           f"trials per iteration; final ms = median of {args.rounds} interleaved rounds")

@@ -41,6 +41,19 @@ def task(name: str, backend):
     return tasks[0]
 
 
+def setup(parser, names: list):
+    """(the workloads to run: `names`, all when empty; the cpu backend) for a benchmark's main, after checking the
+    names and paying for the tensor_intrin import."""
+    from xcomp.backends import get_backend
+
+    unknown = set(names) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}; known: {list(WORKLOADS)}")
+    backend = get_backend("cpu")
+    preload_tensor_intrin()
+    return names or list(WORKLOADS), backend
+
+
 def preload_tensor_intrin():
     """MetaSchedule's TuneContext, which our cost model's features and ms.tune_tir both create, imports
     tvm.s_tir.tensor_intrin once per process (about a minute here): pay that before any tuning clock starts."""
