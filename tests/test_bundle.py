@@ -108,12 +108,18 @@ def test_crashing_hanging_and_wrong_candidates_are_failure_records(tmp_path):
     assert got[6] == "build: invalid"
 
 
-def test_results_of_another_bundle_are_refused(tmp_path):
+def _one_candidate_bundle(tmp_path):
+    """A cpu bundle of one candidate (the reference itself), written but not closed: (folder, runner)."""
     folder = tmp_path / "bundle"
     ref = _build(tmp_path, "ref")
     runner = BundleRunner(folder)
     with pytest.raises(MeasurementDeferred):
         runner.run(ref.artifact, [ref], "cpu", [((N,), "float32"), ((N,), "float32")], workload=_workload())
+    return folder, runner
+
+
+def test_results_of_another_bundle_are_refused(tmp_path):
+    folder, runner = _one_candidate_bundle(tmp_path)
     runner.close()
     (folder / "results.json").write_text(json.dumps({"format": 1, "bundle_id": "other", "results": {}}))
     with TuningDB(tmp_path / "t.sqlite") as db, pytest.raises(UserError, match="results of another bundle"):
@@ -139,11 +145,7 @@ def test_cuda_bundle_is_made_here_with_its_kernels(tmp_path):
 
 
 def test_run_script_refuses_another_tvm_version(tmp_path):
-    folder = tmp_path / "bundle"
-    ref = _build(tmp_path, "ref")
-    runner = BundleRunner(folder)
-    with pytest.raises(MeasurementDeferred):
-        runner.run(ref.artifact, [ref], "cpu", [((N,), "float32"), ((N,), "float32")], workload=_workload())
+    folder, runner = _one_candidate_bundle(tmp_path)
     runner.manifest["tvm_version"] = "0.19.0"
     runner.close()
     proc = run_elsewhere(folder, tmp_path)
