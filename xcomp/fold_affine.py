@@ -29,16 +29,14 @@ def _channel_vector(expr, channels: int):
 
 
 def _conv_weight(call):
-    """(data, weight array) of an NCHW/OIHW float32 conv2d with a constant weight, else None."""
+    """The weight array of an NCHW/OIHW float32 conv2d with a constant weight, else None."""
     attrs = call.attrs
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
         return None
-    weight = constant_f32(call.args[1])
-    return None if weight is None else (call.args[0], weight)
+    return constant_f32(call.args[1])
 
 
 def _use_counts(func) -> dict:
-    from tvm import relax
     from tvm.relax.expr_functor import PyExprVisitor, visitor
 
     counts = {}
@@ -52,12 +50,12 @@ def _use_counts(func) -> dict:
             counts[var] = counts.get(var, 0) + 1
 
     _Counter().visit_expr(func)
-    return counts if isinstance(func, relax.Function) else {}
+    return counts
 
 
 def _chains(func) -> dict:
-    """{var: (conv call, data, weight, scale, shift)} for each var that is the last link of a conv's per-channel
-    chain: var == conv2d(data, weight) * scale + shift, per output channel."""
+    """{var: (conv call, weight, scale, shift)} for each var that is the last link of a conv's per-channel chain:
+    var == conv2d(data, weight) * scale + shift, per output channel."""
     import tvm
     from tvm import relax
 
@@ -69,18 +67,18 @@ def _chains(func) -> dict:
             if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
                 continue
             if value.op.name == "relax.nn.conv2d":
-                found = _conv_weight(value)
-                if found is not None:
-                    channels = found[1].shape[0]
-                    chains[binding.var] = (value, *found, np.ones(channels, np.float32),
+                weight = _conv_weight(value)
+                if weight is not None:
+                    channels = weight.shape[0]
+                    chains[binding.var] = (value, weight, np.ones(channels, np.float32),
                                            np.zeros(channels, np.float32))
                     starts.add(binding.var)
                 continue
             link = _link(value, chains, uses)
             if link is not None:
                 source, scale, shift = link
-                conv, data, weight = chains[source][:3]
-                chains[binding.var] = (conv, data, weight, scale, shift)
+                conv, weight = chains[source][:2]
+                chains[binding.var] = (conv, weight, scale, shift)
                 extended.add(source)
     # a bare conv needs no folding; a link that a later link extends is dead once that one is rewritten
     return {var: entry for var, entry in chains.items() if var not in extended and var not in starts}
@@ -91,14 +89,17 @@ def _link(call, chains, uses):
     name = call.op.name
     if name not in _AFFINE_OPS or len(call.args) != 2:
         return None
+    def extends(var):
+        return var in chains and uses.get(var, 0) == 1
+
     source, operand = call.args
-    if not (source in chains and uses.get(source, 0) == 1):
+    if not extends(source):
         if name not in ("relax.add", "relax.multiply"):  # commutative: the chain var may come second
             return None
         operand, source = call.args
-        if not (source in chains and uses.get(source, 0) == 1):
+        if not extends(source):
             return None
-    _, _, weight, scale, shift = chains[source]
+    _, weight, scale, shift = chains[source]
     vector = _channel_vector(operand, weight.shape[0])
     if vector is None:
         return None
@@ -129,9 +130,9 @@ def fold_conv_affine(func):
         def visit_var_binding_(self, binding):  # noqa: N802 (TVM's visitor naming)
             if binding.var not in ends:
                 return super().visit_var_binding_(binding)
-            conv, data, weight, scale, shift = ends[binding.var]
+            conv, weight, scale, shift = ends[binding.var]
             scaled = relax.const(np.ascontiguousarray(weight * scale.reshape(-1, 1, 1, 1)))
-            folded = self.builder_.emit(relax.Call(conv.op, [self.visit_expr(data), scaled], conv.attrs))
+            folded = self.builder_.emit(relax.Call(conv.op, [self.visit_expr(conv.args[0]), scaled], conv.attrs))
             bias = relax.const(shift.reshape(1, -1, 1, 1))
             value = self.builder_.normalize(relax.op.add(folded, bias))
             self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
