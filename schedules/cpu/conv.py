@@ -131,11 +131,12 @@ class ConvTemplate(CpuTemplate):
     def _default_unpacked(self, knobs):
         # the widest vector, then most accumulators within the default budget, favouring more channels (each
         # input vector then feeds more FMAs)
+        space = self.knob_space()
         budget = accumulator_budget(self.spec)[0]
         knobs["vector"], knobs["co_block"], knobs["pixel_block"] = max(
-            ((v, cb, pb) for v in self._vector_choices() for cb in divisors(self.out_channels // self.groups, 8)
-             for pb in range(1, 9) if cb * pb <= budget and self._tile_fits(v, pb)),
-            key=lambda t: (t[0], t[1] * t[2], t[1]), default=(self._vector_choices()[-1], 1, 1))
+            ((v, cb, pb) for v in space["vector"] for cb in space["co_block"] for pb in space["pixel_block"]
+             if cb * pb <= budget and self._tile_fits(v, pb)),
+            key=lambda t: (t[0], t[1] * t[2], t[1]), default=(space["vector"][-1], 1, 1))
         return knobs
 
     # -- schedule ------------------------------------------------------------------------------------------

@@ -53,6 +53,11 @@ def pack_matmul_weight(weight: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(weight.reshape(k, n // block, block).transpose(1, 0, 2))
 
 
+def _out_size(padded: int, kernel: int, stride: int, dilation: int) -> int:
+    """Output rows (or columns) of a conv window over `padded` input rows (or columns)."""
+    return (padded - (kernel - 1) * dilation - 1) // stride + 1
+
+
 def packed_conv2d(data, packed, strides, padding, dilation, groups):
     """NCHW conv2d reading a [O/V, I/groups, KH, KW, V] weight; padding is (top, left, bottom, right). The batch
     may be symbolic; the image size is static (see _conv2d)."""
@@ -67,8 +72,7 @@ def packed_conv2d(data, packed, strides, padding, dilation, groups):
     blocks_per_group = out_channels // groups // lanes
     if any(padding):
         data = topi.nn.pad(data, [0, 0, top, left], [0, 0, bottom, right], name="pad_temp")
-    oh = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    oh, ow = _out_size(h + top + bottom, kh, sh, dh), _out_size(w + left + right, kw, sw, dw)
     rc = te.reduce_axis((0, in_per_group), "rc")
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
@@ -102,8 +106,7 @@ def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
         return tirx.if_then_else(inside, value, tirx.const(0.0, data.dtype))
 
     packed_data = te.compute((n, channels // lanes, ph, pw, lanes), pack, name="data_pack")
-    oh = (ph - (kh - 1) * dh - 1) // sh + 1
-    ow = (pw - (kw - 1) * dw - 1) // sw + 1
+    oh, ow = _out_size(ph, kh, sh, dh), _out_size(pw, kw, sw, dw)
     rc = te.reduce_axis((0, 1), "rc")  # one input channel per output: kept so every conv has (ci, kh, kw) axes
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
