@@ -76,7 +76,8 @@ def with_random_weights(model, seed: int = 0):
     import onnx
     from onnx import helper, numpy_helper
 
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    original, model = model, onnx.ModelProto()
+    model.CopyFrom(original)
     graph = model.graph
     shapes = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     rng = np.random.default_rng(seed)
@@ -97,10 +98,10 @@ def with_random_weights(model, seed: int = 0):
     del graph.node[:]
     graph.node.extend(kept)
     used = {name for node in kept for name in node.input}
-    unused = [t for t in graph.initializer if t.name not in used and t.name in shapes]
-    for tensor in unused:  # the shapes the replaced ConstantOfShape nodes read
+    unused = {name for name in shapes if name not in used}  # the shapes the replaced ConstantOfShape nodes read
+    for tensor in [t for t in graph.initializer if t.name in unused]:
         graph.initializer.remove(tensor)
-    for value in [v for v in graph.input if v.name in {t.name for t in unused}]:
+    for value in [v for v in graph.input if v.name in unused]:
         graph.input.remove(value)
     last = graph.node[-1]
     if last.op_type == "Softmax":  # the logits have the probabilities' shape
