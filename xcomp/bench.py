@@ -41,10 +41,11 @@ class OnnxRuntimeBaseline:
         # ORT's pool threads spin for a while after each run; interleaved with xcomp they would steal the cores
         # xcomp's next run needs (squeezenet: xcomp 4.9 ms alone, 29.4 ms interleaved with spinning on, 4.9 with
         # it off; onnxruntime itself 2.5 vs 2.7 ms, within noise).
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(model_path_or_bytes, opts, providers=["CPUExecutionProvider"])
-        self.version = ort.__version__
         self.settings = {"providers": ["CPUExecutionProvider"], "intra_op_allow_spinning": False}
+        opts.add_session_config_entry("session.intra_op.allow_spinning",
+                                      str(int(self.settings["intra_op_allow_spinning"])))
+        self.session = ort.InferenceSession(model_path_or_bytes, opts, providers=self.settings["providers"])
+        self.version = ort.__version__
 
     def __call__(self, inputs: dict):
         return self.session.run(None, inputs)
