@@ -40,6 +40,14 @@ class Template(abc.ABC):
 
     # -- helpers shared by the tuner -------------------------------------------------------------------------
 
+    def in_space(self, knobs: Knobs) -> bool:
+        """`knobs` is a config of this template as it is now: the same knob names, each value one of its choices,
+        valid together. A record from an older version of the template may not be (CPU templates' `schedule`
+        would quietly fall back to the default for it, so its latency would label another program)."""
+        space = self.knob_space()
+        return (set(knobs) == set(space) and all(knobs[name] in values for name, values in space.items())
+                and self.valid(knobs))
+
     def space_size(self) -> int:
         size = 1
         for values in self.knob_space().values():

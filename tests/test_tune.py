@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -158,3 +159,26 @@ def test_pretrain_from_a_database(tmp_path):
     onnx.save(_gemm_model(), path)
     main(["--db", str(tmp_path / "t.sqlite"), "-m", str(path), "-o", str(tmp_path / "model.json")])
     assert CostModel.load(tmp_path / "model.json").trained
+
+
+def test_records_of_an_older_template_version_teach_nothing(tmp_path):
+    """A record whose knobs the template no longer has would be scheduled as the default program (CPU templates
+    fall back quietly) and label it with another program's latency: training skips it."""
+    from xcomp.autotune.pretrain import training_set
+
+    tuner, (task,) = _tune_gemm_with_fakes(tmp_path, guided=False)
+    template = task.template
+    default = template.default_knobs()
+    assert template.in_space(default)
+    assert not template.in_space({**default, "retired_knob": 1})
+    name = next(iter(default))
+    assert not template.in_space({**default, name: "not one of its choices"})
+
+    path = tmp_path / "gemm.onnx"
+    onnx.save(_gemm_model(), path)
+    _, y, _ = training_set([str(path)], [tmp_path / "t.sqlite"])
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        stale = next(iter(db.records(task.group.key)))
+        db.add_batch([dataclasses.replace(stale, knobs={**stale.knobs, "retired_knob": 1})])
+    _, y_after, _ = training_set([str(path)], [tmp_path / "t.sqlite"])
+    assert len(y_after) == len(y)

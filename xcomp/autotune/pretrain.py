@@ -35,13 +35,9 @@ def training_set(models, db_paths, target="cpu"):
             records = db.records(target=backend.target_string, hw_fingerprint=backend.spec.fingerprint())
         for record in records:
             task = tasks.get(record.workload_key)
-            if task is None:
+            if task is None or not task.template.in_space(record.knobs):
                 continue
-            try:
-                func = task.template.schedule(record.knobs)
-            except Exception:  # knobs of an older template version: nothing to learn from them now
-                continue
-            rows.append(features.vector(func, record.knobs, task.group.kind))
+            rows.append(features.vector(task.template.schedule(record.knobs), record.knobs, task.group.kind))
             latencies.append(record.median_ms if record.ok else np.inf)
             groups.append(record.workload_key)
     if not rows:

@@ -144,7 +144,8 @@ class Tuner:
             task.measured[canonical_knobs(record.knobs)] = ms
             if ms < task.best_ms:
                 task.best_ms, task.best_knobs = ms, record.knobs
-            self._learn(task, record.knobs, ms)  # a resumed run is guided from its first batch
+            if task.template.in_space(record.knobs):  # a resumed run is guided from its first batch
+                self._learn(task, record.knobs, ms)
         default = task.template.default_knobs()
         builds = self.builder.build(task.func_json, self.backend.target_string, [default])
         if builds[0].artifact is None:
