@@ -56,16 +56,23 @@ def graph_passes(spec):
     from tvm import relax
 
     from xcomp import schedules
+    from xcomp.const_fold import FoldConstantsNumpy
     from xcomp.fold_affine import FoldConvAffine
+    from xcomp.layout import BlockedConvLayout
 
+    # GPU convs keep NCHW: their templates (dlight) expect it
+    # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
+    fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
+    layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width), *fold]
     return tvm.ir.transform.Sequential(
         [
             # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
             relax.backend.DispatchSortScan(),
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
-            relax.transform.FoldConstant(),
+            *fold,
             FoldConvAffine(),
+            *layout,
             relax.transform.DeadCodeElimination(),
             relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
             relax.transform.AnnotateTIROpPattern(),

@@ -35,16 +35,23 @@ class ConvTemplate(CpuTemplate):
         sch = s_tir.Schedule(func)
         infos = root_blocks(sch, symbolic=True)
         main = main_reduction(infos)
-        if len(main.extents) != 7:
-            raise ValueError("conv template expects (n, co, oh, ow, ci, kh, kw) iteration")
+        if len(main.extents) not in (7, 8):
+            raise ValueError("conv template expects (n, co, oh, ow, ci, kh, kw) or (n, co/V, oh, ow, V, ci, kh, kw)"
+                             " iteration")
         # a symbolic batch stays the outermost loop; tiles are sized from the static rest
         if any(None in info.extents[1:] for info in infos):
             raise ValueError("conv template needs every extent but the batch static")
         self.conv_name = main.name
-        _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
-        self.reduce_volume = main.extents[4] * main.extents[5] * main.extents[6]  # ci * kh * kw
-        weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
-        self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
+        self.blocked = len(main.extents) == 8  # NCHW{V}c data and output (legalize.blocked_conv2d)
+        if self.blocked:
+            _, blocks, self.out_h, self.out_w, self.lanes = main.extents[:5]
+            self.out_channels = blocks * self.lanes
+        else:
+            _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
+            weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
+            self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
+        ci, kh, kw = main.extents[-3:]
+        self.reduce_volume = ci * kh * kw
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -146,19 +153,28 @@ class ConvTemplate(CpuTemplate):
         inline_injective(sch, keep=keep)
         conv = sch.get_sblock(self.conv_name)
         epilogue = tile_epilogue(sch, conv)
-        if self.lanes:
+        lanes = self.lanes
+        if lanes and not self.blocked:
             # accumulator vectors run over output channels: make them the innermost (contiguous) axis, or LLVM
             # gathers every accumulator from a strided tile on each FMA instead of keeping it in a register
-            lanes = self.lanes
             sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, c // lanes, h, w, c % lanes))
-        n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
-        if self.lanes:
+        if self.blocked:
+            n, co, oh, ow, cov, ci, kh, kw = sch.get_loops(conv)
+            coo, cob = sch.split(co, [None, knobs["co_block"]])
+            # the input's channel vector innermost of the reduction: V contiguous loads per tap
+            cio, cii = sch.split(ci, [None, lanes])
+            reduction = [cio, kh, kw, cii]
+        else:
+            n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
+            reduction = [ci, kh, kw]
+        if lanes:
             oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
             owo, owi = sch.split(ow, [None, knobs["ow_block"]])
-            coo, cob, cov = sch.split(co, [None, knobs["co_block"], self.lanes])
+            if not self.blocked:
+                coo, cob, cov = sch.split(co, [None, knobs["co_block"], lanes])
             outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
             tile = owo
-            sch.reorder(*outer, owo, ci, kh, kw, cob, ohi, owi, cov)
+            sch.reorder(*outer, owo, *reduction, cob, ohi, owi, cov)
             for loop in (cob, ohi, owi):
                 sch.unroll(loop)
             sch.vectorize(cov)
@@ -192,7 +208,7 @@ class ConvTemplate(CpuTemplate):
                 parallelize(sch, loops[:3], self.spec.cores)
             else:
                 schedule_spatial(sch, stage, self.spec.simd_width, self.spec.cores)
-        sch.decompose_reduction(conv, ci)
+        sch.decompose_reduction(conv, reduction[0])
 
 
 __all__ = ["ConvTemplate"]

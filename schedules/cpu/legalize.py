@@ -86,6 +86,32 @@ def packed_conv2d(data, packed, strides, padding, dilation, groups):
     return te.compute((n, out_channels, oh, ow), body, name="conv2d_nchw")
 
 
+def blocked_conv2d(data, weight, strides, padding, dilation):
+    """Conv2d on blocked channels: NCHW{V}c data and output, OIHW{V}i{V}o weight ([O/V, I/V, KH, KW, V, V]).
+    The iteration is (n, co/V, oh, ow, V | ci, kh, kw) with one input-channel axis, which the conv template
+    splits by V so each tap reads V contiguous input channels."""
+    from tvm import te, topi
+
+    n, _, h, w, lanes = data.shape
+    h, w, lanes = int(h), int(w), int(lanes)
+    oblocks, iblocks, kh, kw, _, _ = (int(d) for d in weight.shape)
+    sh, sw = strides
+    dh, dw = dilation
+    top, left, bottom, right = padding
+    if any(padding):
+        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp")
+    oh, ow = _out_size(h + top + bottom, kh, sh, dh), _out_size(w + left + right, kw, sw, dw)
+    rc = te.reduce_axis((0, iblocks * lanes), "rc")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+
+    def body(b, ob, y, x, v):
+        tap = data[b, rc // lanes, y * sh + ry * dh, x * sw + rx * dw, rc % lanes]
+        return te.sum(tap * weight[ob, rc // lanes, ry, rx, rc % lanes, v], axis=[rc, ry, rx])
+
+    return te.compute((n, oblocks, oh, ow, lanes), body, name="conv2d_nchwc")
+
+
 def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
     """Depthwise NCHW conv2d on a [C/V, 1, KH, KW, V] weight. The padded input is first copied into channel
     vectors ([N, C/V, H, W, V], stage "data_pack"): each tap then loads one contiguous vector of V channels instead
@@ -133,10 +159,16 @@ def packed_matmul(a, packed):
 
 
 def _conv2d(lanes):
+    blocked = (f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c")
+
     def legalize(bb, call):
         from tvm import relax
 
         attrs = call.attrs
+        geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
+                    "dilation": [int(d) for d in attrs.dilation]}
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == blocked:  # see xcomp/layout.py
+            return bb.call_te(blocked_conv2d, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
         weight = constant_f32(call.args[1])
         usable = (
             weight is not None
@@ -146,8 +178,6 @@ def _conv2d(lanes):
             and attrs.out_dtype in ("", "float32", None)
         )
         groups = int(attrs.groups)
-        geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
-                    "dilation": [int(d) for d in attrs.dilation]}
         if usable and groups > 1 and weight.shape[1] == 1:
             block = _pack_lanes(weight.shape[0], lanes)
             if not block or weight.shape[0] != groups:  # a channel multiplier: not handled here

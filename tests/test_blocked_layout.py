@@ -1,0 +1,145 @@
+"""Blocked channel layout between convs (xcomp/layout.py) and numpy constant folding (xcomp/const_fold.py): the
+convs that should run blocked do, everything else stays NCHW, and the numbers stay onnxruntime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model
+
+
+def _const(name, shape, seed, low=-0.5, high=0.5):
+    values = np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+    return numpy_helper.from_array(values, name)
+
+
+def _cnn():
+    """x[1,3,12,12] -> RGB conv (3 in: stays NCHW) -> 16ch block: conv+BN+relu, 1x1 conv + residual add,
+    max pool, concat with a second branch, dropout, global pool, classifier."""
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["a"], ["a1"]),
+        helper.make_node("Conv", ["a1", "W1"], ["b"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("BatchNormalization", ["b", "s", "o", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["b1"]),
+        helper.make_node("Conv", ["b1", "W2", "B2"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c", "a1"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "W3"], ["d"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]),
+        helper.make_node("Concat", ["p", "d"], ["cat"], axis=1),
+        helper.make_node("Dropout", ["cat"], ["dr"]),
+        helper.make_node("GlobalAveragePool", ["dr"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "Wf"], ["y"], transB=1),
+    ]
+    inits = [_const("W0", (16, 3, 3, 3), 1), _const("W1", (16, 16, 3, 3), 2), _const("s", (16,), 3, 0.5, 1.5),
+             _const("o", (16,), 4), _const("m", (16,), 5), _const("v", (16,), 6, 0.5, 2.0),
+             _const("W2", (16, 16, 1, 1), 7), _const("B2", (16,), 8), _const("W3", (32, 16, 3, 3), 9),
+             _const("Wf", (10, 48), 10)]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits, opset=13)
+
+
+def _conv_groups(module):
+    return [g for g in module.groups if g.kind == "conv"]
+
+
+def _output_dims(group) -> int:
+    return len(group.signature.split(" -> ")[1].split("x")) - 1  # "1x16x12x12xf32": the dtype is last
+
+
+def test_convs_with_whole_channel_vectors_run_blocked_and_match_onnxruntime():
+    model = _cnn()
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    blocked = [g for g in _conv_groups(module) if _output_dims(g) == 5]
+    # the RGB conv (3 input channels) stays NCHW; the three 16-channel convs read and write channel vectors
+    assert len(_conv_groups(module)) == 4 and len(blocked) == 3, [g.signature for g in _conv_groups(module)]
+    rgb = next(g for g in _conv_groups(module) if g not in blocked)
+    assert rgb.signature.startswith("1x3x12x12xf32")
+
+
+def test_a_layout_inference_failure_keeps_nchw(monkeypatch):
+    """TVM's ConvertLayout crashes on some ops (e.g. a reduction over a blocked axis): the model must still
+    compile, unblocked, and stay correct."""
+    from tvm import relax
+
+    def broken(*_args, **_kwargs):
+        @relax.transform.function_pass(opt_level=0, name="broken")
+        def _pass(func, mod, ctx):
+            raise RuntimeError("layout inference failed")
+
+        return _pass
+
+    monkeypatch.setattr(relax.transform, "ConvertLayout", broken)
+    model = _cnn()
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(1).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    assert [_output_dims(g) for g in _conv_groups(module)] == [4] * 4
+
+
+@pytest.mark.parametrize("mapping", [
+    lambda n, c, h, w: (n, c // 16, h, w, c % 16),  # NCHW -> NCHW16c data
+    lambda o, i, h, w: (o // 16, i // 16, h, w, i % 16, o % 16),  # OIHW -> OIHW16i16o weights
+    lambda n, c, h, w: (n, h, w, c),  # NHWC
+])
+def test_numpy_layout_transform_is_tvms(mapping):
+    import tvm
+    from tvm import tirx
+
+    from xcomp.const_fold import layout_transform
+
+    index_map = tirx.IndexMap.from_func(mapping)
+    value = np.random.default_rng(0).standard_normal((32, 32, 3, 2)).astype(np.float32)
+    expected = index_map.map_tensor(tvm.runtime.tensor(value)).numpy()
+    np.testing.assert_array_equal(layout_transform(value, index_map, expected.shape), expected)
+
+
+def test_numpy_folding_agrees_with_tvm_fold_constant():
+    """A batch-norm chain on parameters bound to variables (as the importer emits them) folds to the value TVM's
+    FoldConstant computes, and nothing foldable is left for it."""
+    import tvm
+    from tvm import relax
+
+    from xcomp.const_fold import fold_constants
+
+    rng = np.random.default_rng(0)
+    var, gamma = (relax.const(rng.uniform(0.5, 2, (1, 8, 1, 1)).astype(np.float32)) for _ in range(2))
+    weight = relax.const(rng.standard_normal((8, 16)).astype(np.float32))
+    x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            v = bb.emit(var)
+            std = bb.emit(relax.op.sqrt(relax.op.add(v, relax.const(1e-5, "float32"))))
+            scale = bb.emit(relax.op.divide(gamma, std))
+            w = bb.emit(relax.op.reshape(relax.op.permute_dims(relax.op.reshape(weight, (16, 8)), [1, 0]),
+                                         (1, 8, 4, 4)))
+            out = bb.emit_output(relax.op.add(relax.op.multiply(x, scale), w))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    dce = relax.transform.DeadCodeElimination()
+    ours = dce(tvm.IRModule({"main": fold_constants(mod["main"])}))["main"]
+    theirs = dce(relax.transform.FoldConstant()(mod))["main"]
+
+    def constants(func):
+        """The non-scalar tensor constants in `func`."""
+        found = []
+
+        def visit(expr):
+            value = getattr(expr, "value", None) if isinstance(expr, tvm.ir.expr.Constant) else None
+            if hasattr(value, "numpy") and value.numpy().size > 1:
+                found.append(value.numpy())
+
+        relax.analysis.post_order_visit(func, visit)
+        return found
+
+    assert len(constants(ours)) == len(constants(theirs)) == 2  # scale, the permuted weight
+    for a, b in zip(constants(ours), constants(theirs)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert "sqrt" not in ours.script() and "divide" not in ours.script()
