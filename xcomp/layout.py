@@ -18,19 +18,23 @@ from xcomp.errors import describe
 log = logging.getLogger(__name__)
 
 
-def blocked_conv(call, lanes: int) -> bool:
-    """Whether a conv2d call runs blocked: fp32, NCHW/OIHW, static image size, no groups, and input and output
-    channels both multiples of `lanes`."""
+def conv_layouts(call, lanes: int) -> list:
+    """[data, kernel, output] layouts for a conv2d call. Blocked output when the output channels are whole
+    vectors (fp32, NCHW/OIHW, static image size, no groups); blocked input too when the input channels are
+    (else the conv reads NCHW, as the RGB stem of a CNN does, and its weights are OIHW{V}o)."""
+    plain = ["NCHW", "OIHW", "NCHW"]
     attrs = call.attrs
     data, weight = call.args[0].ty, call.args[1].ty
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
-        return False
+        return plain
     if str(data.dtype) != "float32" or int(attrs.groups) != 1 or data.ndim != 4 or weight.ndim != 4:
-        return False
+        return plain
     dims = [*list(data.shape)[1:], weight.shape[0]]
-    if not all(hasattr(d, "value") for d in dims):
-        return False
-    return int(dims[0]) % lanes == 0 and int(dims[-1]) % lanes == 0
+    if not all(hasattr(d, "value") for d in dims) or int(dims[-1]) % lanes:
+        return plain
+    if int(dims[0]) % lanes:
+        return ["NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c"]
+    return [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"]
 
 
 def remove_dropout(func):
@@ -59,7 +63,7 @@ def _has_blocked_conv(mod, lanes: int) -> bool:
 
     def visit(expr):
         if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d":
-            found.append(blocked_conv(expr, lanes))
+            found.append(conv_layouts(expr, lanes)[-1] != "NCHW")
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
@@ -68,19 +72,14 @@ def _has_blocked_conv(mod, lanes: int) -> bool:
 
 
 def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it sits among)
-    """The Relax pass converting blocked-eligible convs (see `blocked_conv`) to NCHW{lanes}c data with
-    OIHW{lanes}i{lanes}o weights; every other conv keeps NCHW. A model without such a conv is left as it is, and
-    so is one whose other ops TVM's layout inference cannot take (the layout is an optimisation: it must never
-    cost a model its compile)."""
+    """The Relax pass giving every conv the layouts `conv_layouts` picks. A model without a blocked conv is
+    left as it is, and so is one whose other ops TVM's layout inference cannot take (the layout is an
+    optimisation: it must never cost a model its compile)."""
     import tvm
     from tvm import relax
 
-    blocked = [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"]
-
     def desired(call):
-        if call.op.name != "relax.nn.conv2d":
-            return {}
-        return {"relax.nn.conv2d": blocked if blocked_conv(call, lanes) else ["NCHW", "OIHW"]}
+        return {"relax.nn.conv2d": conv_layouts(call, lanes)} if call.op.name == "relax.nn.conv2d" else {}
 
     @relax.transform.function_pass(opt_level=0, name="xcomp.RemoveDropout")
     def _dropout(func, mod, ctx):  # noqa: ARG001

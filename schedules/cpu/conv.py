@@ -42,10 +42,12 @@ class ConvTemplate(CpuTemplate):
         if any(None in info.extents[1:] for info in infos):
             raise ValueError("conv template needs every extent but the batch static")
         self.conv_name = main.name
-        self.blocked = len(main.extents) == 8  # NCHW{V}c data and output (legalize.blocked_conv2d)
+        self.blocked = len(main.extents) == 8  # NCHW{V}c output (legalize.blocked_conv2d)
         if self.blocked:
             _, blocks, self.out_h, self.out_w, self.lanes = main.extents[:5]
             self.out_channels = blocks * self.lanes
+            # on blocked data the weight is [O/V, I/V, KH, KW, V, V]; on NCHW data [O/V, I, KH, KW, V]
+            self.blocked_input = any(len(r.source.shape) == 6 for r in main.block.reads)
         else:
             _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
             weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
@@ -164,8 +166,11 @@ class ConvTemplate(CpuTemplate):
             n, co, oh, ow, cov, ci, kh, kw = sch.get_loops(conv)
             coo, cob = sch.split(co, [None, knobs["co_block"]])
             # the input's channel vector innermost of the reduction: V contiguous loads per tap
-            cio, cii = sch.split(ci, [None, lanes])
-            reduction = [cio, kh, kw, cii]
+            if self.blocked_input:
+                cio, cii = sch.split(ci, [None, lanes])
+                reduction = [cio, kh, kw, cii]
+            else:
+                reduction = [ci, kh, kw]
         else:
             n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
             reduction = [ci, kh, kw]

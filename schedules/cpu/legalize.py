@@ -87,29 +87,36 @@ def packed_conv2d(data, packed, strides, padding, dilation, groups):
 
 
 def blocked_conv2d(data, weight, strides, padding, dilation):
-    """Conv2d on blocked channels: NCHW{V}c data and output, OIHW{V}i{V}o weight ([O/V, I/V, KH, KW, V, V]).
-    The iteration is (n, co/V, oh, ow, V | ci, kh, kw) with one input-channel axis, which the conv template
-    splits by V so each tap reads V contiguous input channels."""
+    """Conv2d writing blocked channels (NCHW{V}c), from blocked data with an OIHW{V}i{V}o weight
+    ([O/V, I/V, KH, KW, V, V]) or from NCHW data with an OIHW{V}o weight ([O/V, I, KH, KW, V]). The iteration
+    is (n, co/V, oh, ow, V | ci, kh, kw) with one input-channel axis, which the conv template splits by V on
+    blocked data so each tap reads V contiguous input channels."""
     from tvm import te, topi
 
-    n, _, h, w, lanes = data.shape
-    h, w, lanes = int(h), int(w), int(lanes)
-    oblocks, iblocks, kh, kw, _, _ = (int(d) for d in weight.shape)
+    blocked_in = len(data.shape) == 5
+    h, w = int(data.shape[2]), int(data.shape[3])
+    oblocks, kh, kw, lanes = int(weight.shape[0]), int(weight.shape[2]), int(weight.shape[3]), int(weight.shape[-1])
+    in_channels = int(data.shape[1]) * (lanes if blocked_in else 1)
     sh, sw = strides
     dh, dw = dilation
     top, left, bottom, right = padding
     if any(padding):
-        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp")
+        tail = [0] if blocked_in else []
+        data = topi.nn.pad(data, [0, 0, top, left, *tail], [0, 0, bottom, right, *tail], name="pad_temp")
     oh, ow = _out_size(h + top + bottom, kh, sh, dh), _out_size(w + left + right, kw, sw, dw)
-    rc = te.reduce_axis((0, iblocks * lanes), "rc")
+    rc = te.reduce_axis((0, in_channels), "rc")
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
 
     def body(b, ob, y, x, v):
-        tap = data[b, rc // lanes, y * sh + ry * dh, x * sw + rx * dw, rc % lanes]
-        return te.sum(tap * weight[ob, rc // lanes, ry, rx, rc % lanes, v], axis=[rc, ry, rx])
+        y, x = y * sh + ry * dh, x * sw + rx * dw
+        if blocked_in:
+            tap, wt = data[b, rc // lanes, y, x, rc % lanes], weight[ob, rc // lanes, ry, rx, rc % lanes, v]
+        else:
+            tap, wt = data[b, rc, y, x], weight[ob, rc, ry, rx, v]
+        return te.sum(tap * wt, axis=[rc, ry, rx])
 
-    return te.compute((n, oblocks, oh, ow, lanes), body, name="conv2d_nchwc")
+    return te.compute((data.shape[0], oblocks, oh, ow, lanes), body, name="conv2d_nchwc")
 
 
 def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
@@ -159,7 +166,8 @@ def packed_matmul(a, packed):
 
 
 def _conv2d(lanes):
-    blocked = (f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c")
+    blocked = {(f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"),
+               ("NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c")}
 
     def legalize(bb, call):
         from tvm import relax
@@ -167,7 +175,7 @@ def _conv2d(lanes):
         attrs = call.attrs
         geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
                     "dilation": [int(d) for d in attrs.dilation]}
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == blocked:  # see xcomp/layout.py
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) in blocked:  # see xcomp/layout.py
             return bb.call_te(blocked_conv2d, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
         weight = constant_f32(call.args[1])
         usable = (
