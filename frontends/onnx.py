@@ -42,13 +42,33 @@ class TensorSpec:
     name: str
     shape: tuple  # ints; a str for a dimension that is still symbolic
     dtype: str
+    # an input that indexes a Gather: (lowest, highest) value it may hold and the node it indexes; compiled code
+    # does not bounds-check, so the module checks the values before running
+    index_range: tuple | None = None
 
     def to_dict(self):
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.index_range is not None:
+            d["index_range"] = list(self.index_range)
+        return d
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d["name"], tuple(d["shape"]), d["dtype"])
+        index_range = d.get("index_range")
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], tuple(index_range) if index_range else None)
+
+    def check_indices(self, array) -> None:
+        """InputError when `array` holds an index outside `index_range`."""
+        if self.index_range is None or not array.size:
+            return
+        low, high, node = self.index_range
+        outside = (array < low) | (array > high)
+        if outside.any():
+            position = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise InputError(
+                f"input {self.name!r}: value {array[position]} at {list(position)} is out of range for {node}: "
+                f"indices must lie in [{low}, {high}]"
+            )
 
 
 @dataclasses.dataclass
@@ -190,6 +210,37 @@ def _value_spec(value) -> TensorSpec:
             # "?" is ONNX for "unknown", not a name: two "?" dims need not agree
             dims.append(d.dim_param if d.dim_param not in ("", "?") else f"{value.name}_dim{i}")
     return TensorSpec(value.name, tuple(dims), _dtype_of(ttype.elem_type) if ttype.elem_type else "float32")
+
+
+def _static_shapes(proto) -> dict:
+    """{tensor name: shape} for initializers and every value whose dims shape inference fixed."""
+    shapes = {t.name: tuple(t.dims) for t in proto.graph.initializer}
+    for value in [*proto.graph.input, *proto.graph.value_info]:
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes.setdefault(value.name, tuple(d.dim_value for d in dims))
+    return shapes
+
+
+def index_ranges(proto) -> dict:
+    """{input name: (low, high, node)} for each graph input used directly as the indices of a Gather over a
+    static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others; our compiled code would
+    read out of bounds)."""
+    inputs = {spec.name for spec in graph_inputs(proto)}
+    shapes = _static_shapes(proto)
+    ranges = {}
+    for node in proto.graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in inputs:
+            continue
+        shape = shapes.get(node.input[0])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if shape is None or not -len(shape) <= axis < len(shape):
+            continue
+        size = shape[axis]
+        low, high, _ = ranges.get(node.input[1], (-size, size - 1, None))
+        ranges[node.input[1]] = (max(low, -size), min(high, size - 1),
+                                 f"Gather node {node.name or node.output[0]!r} ({size} entries on axis {axis})")
+    return ranges
 
 
 def graph_inputs(proto) -> list:
@@ -461,7 +512,8 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
     bound = _bind_and_infer(proto, input_shapes, label)
-    inputs = graph_inputs(bound)
+    ranges = index_ranges(bound)
+    inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in graph_inputs(bound)]
     try:
         mod = _import(bound, opset, inputs, label)
     except XcompError as err:

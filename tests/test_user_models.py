@@ -213,11 +213,18 @@ def test_recurrent_converter_failure_names_the_node():
 # -- Gather on runtime indices ---------------------------------------------------------------------------------
 
 
-def _embedding_model(vocab=10, dim=4):
+def _embedding_model(vocab=10, dim=4, computed=False):
+    """ids -> Gather into a [vocab, dim] table; `computed`: the indices are ids + 0, computed in the graph, so
+    no input check can see them before the kernel does."""
     table = numpy_helper.from_array(np.arange(vocab * dim, dtype=np.float32).reshape(vocab, dim), "table")
-    node = helper.make_node("Gather", ["table", "ids"], ["emb"], name="lookup")
-    return make_model([node], [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
-                      [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [2, 3, dim])], [table])
+    nodes, inits, indices = [], [table], "ids"
+    if computed:
+        inits.append(numpy_helper.from_array(np.zeros((), np.int64), "zero"))
+        nodes.append(helper.make_node("Add", ["ids", "zero"], ["ids0"]))
+        indices = "ids0"
+    nodes.append(helper.make_node("Gather", ["table", indices], ["emb"], name="lookup"))
+    return make_model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                      [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [2, 3, dim])], inits)
 
 
 def test_gather_with_runtime_indices_in_range_and_negative():
@@ -227,22 +234,36 @@ def test_gather_with_runtime_indices_in_range_and_negative():
     np.testing.assert_array_equal(got, ort_run(model, {"ids": ids})[0])
 
 
-def test_gather_out_of_range_index_gives_nan_rows_not_garbage():
-    """onnxruntime raises for an index outside [-vocab, vocab); TVM's "fast" take would read past the table.
+@pytest.mark.parametrize("bad", [10, -11, 2**40])
+def test_out_of_range_index_input_is_refused_naming_the_gather(bad, tmp_path):
+    """onnxruntime raises for an index outside [-vocab, vocab); so does the module, before running, for an input
+    that indexes a Gather directly, and after a save/load round trip too."""
+    module = xcomp.compile(_embedding_model())
+    ids = np.array([[1, 2, 3], [4, bad, 5]], np.int64)
+    message = rf"input 'ids': value {bad} at \[1, 1\] is out of range for Gather node 'lookup' .*\[-10, 9\]"
+    with pytest.raises(xcomp.InputError, match=message):
+        module.run({"ids": ids})
+    module.save(tmp_path / "emb.xc")
+    with pytest.raises(xcomp.InputError, match=message):
+        xcomp.load(tmp_path / "emb.xc")(ids)
+
+
+def test_computed_out_of_range_index_gives_nan_rows_not_garbage():
+    """Indices computed in the graph reach the kernel unchecked; TVM's "fast" take would read past the table.
     Ours yields NaN rows there and the exact rows everywhere else."""
     ids = np.array([[1, 10, 2], [-11, 3, 1000]], np.int64)
-    got = xcomp.compile(_embedding_model()).run({"ids": ids})["emb"]
+    got = xcomp.compile(_embedding_model(computed=True)).run({"ids": ids})["emb"]
     bad = np.array([[False, True, False], [True, False, True]])
     assert np.isnan(got[bad]).all()
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     np.testing.assert_array_equal(got[~bad], table[ids[~bad]])
 
 
-def test_gather_far_out_of_range_index_does_not_crash(tmp_path):
+def test_gather_far_out_of_range_computed_index_does_not_crash(tmp_path):
     """An index of 2^40 made TVM's take read (and segfault) far outside the table; run it in a child process so a
     crash shows up as a failure here, not as a dead test session."""
     path = tmp_path / "emb.onnx"
-    path.write_bytes(_embedding_model().SerializeToString())
+    path.write_bytes(_embedding_model(computed=True).SerializeToString())
     code = textwrap.dedent(f"""
         import numpy as np, xcomp
         m = xcomp.compile({str(path)!r})

@@ -92,6 +92,7 @@ class Module:
                     f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
                     f"(convert with .astype(np.{spec.dtype}))"
                 )
+            spec.check_indices(array)
             # (np.ascontiguousarray would turn a 0-d scalar input into shape [1])
             arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
         dim_sizes(self.inputs, {spec.name: a.shape for spec, a in zip(self.inputs, arrays)})
