@@ -101,10 +101,23 @@ def test_bench_against_onnxruntime(tmp_path):
     r = xcomp_cli("bench", str(model_path), "--baseline", "onnxruntime", "--repeat", "5", "--json", "-q")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    res = doc["results"]
-    assert res["xcomp"]["runs"] == 5 and res["onnxruntime"]["runs"] == 5
-    assert res["onnxruntime"]["xcomp_ratio"] > 0
-    assert res["onnxruntime"]["max_abs_diff"] < 1e-4
+    (target,), (ort,) = doc["targets"], doc["baselines"]
+    assert target["status"] == ort["status"] == "measured" and ort["name"] == "onnxruntime"
+    assert target["latency"]["runs"] == 5 and ort["latency"]["runs"] == 5 and ort["latency"]["median_ms"] > 0
+    assert target["check"] == {"reference": "onnxruntime", "max_abs_diff": target["check"]["max_abs_diff"]}
+    assert target["check"]["max_abs_diff"] < 1e-4
+    assert target["groups"], "--json asks for the per-group profile"
+
+
+def test_bench_table_without_report_is_the_report_table(tmp_path):
+    """One table layout whether or not a report is written; without --report/--json no group profile is run."""
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("bench", str(model_path), "--repeat", "3", "-q")
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if line.startswith("runner"))
+    assert header.split()[:4] == ["runner", "status", "median", "p90"] and "vs onnxruntime" in header
+    assert "onnxruntime (cpu)" in r.stdout and "measured" in r.stdout
 
 
 def test_shipped_model_shorthand():

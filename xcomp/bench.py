@@ -1,15 +1,11 @@
-"""`xcomp bench`: xcomp against baselines on the same inputs, interleaved in one process."""
+"""Interleaved timing on the same inputs, and the onnxruntime baseline: what `xcomp bench` (xcomp/report) and
+the benchmarks/ scripts time with."""
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from xcomp.errors import UserError
-from xcomp.module import latency_stats
-
-BASELINES = ("onnxruntime",)
 
 
 def interleaved_samples(runners: dict, repeat: int, warmup: int, progress: bool) -> dict:
@@ -57,44 +53,3 @@ def _serialized(model):
     if isinstance(model, onnx.ModelProto):
         return model.SerializeToString()
     return model
-
-
-def bench_model(model, target="cpu", baselines=("onnxruntime",), input_shapes=None, warmup=3, repeat=30,
-                seed=0, progress=True) -> dict:
-    """Compile, then time xcomp and each baseline alternately on the same random inputs."""
-    import xcomp
-
-    for name in baselines:
-        if name not in BASELINES:
-            raise UserError(f"unknown baseline {name!r}; available: {', '.join(BASELINES)}")
-    t0 = time.perf_counter()
-    module = xcomp.compile(model, target=target, input_shapes=input_shapes, progress=progress)
-    compile_s = time.perf_counter() - t0
-    inputs = module.random_inputs(seed)
-    runners = {"xcomp": lambda: module.run(inputs)}
-    results = {"xcomp": {"compile_s": compile_s}}
-    for name in baselines:
-        baseline = OnnxRuntimeBaseline(_serialized(model))
-        runners[name] = lambda b=baseline: b(inputs)
-        results[name] = {"version": baseline.version, "settings": baseline.settings}
-
-    outputs = {name: run() for name, run in runners.items()}
-    for name in baselines:  # same inputs, so the answers must agree
-        ours = [outputs["xcomp"][s.name] for s in module.outputs]
-        results[name]["max_abs_diff"] = float(max(np.max(np.abs(a - np.asarray(b))) for a, b in
-                                                  zip(ours, outputs[name])))
-    samples = interleaved_samples(runners, repeat, warmup, progress)
-    for name in runners:
-        results[name].update(latency_stats(samples[name]))
-    for name in baselines:
-        results[name]["xcomp_ratio"] = results["xcomp"]["median_ms"] / results[name]["median_ms"]
-    return {
-        "model": module.info.get("model_name", ""),
-        "target": module.target,
-        "hardware": module.spec.name,
-        "inputs": [s.to_dict() for s in module.inputs],
-        "warmup": warmup,
-        "repeat": repeat,
-        "seed": seed,
-        "results": results,
-    }

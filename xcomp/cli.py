@@ -343,39 +343,22 @@ def cmd_bench(args):
         from xcomp.errors import UserError
 
         raise UserError("bench needs a model (or --compare A.json B.json)")
-    targets = args.target or ["cpu"]
-    if args.report or args.results or args.db or len(targets) > 1:
-        return _bench_report(args, targets)
-    from xcomp.bench import bench_model
-
-    report = bench_model(_model_arg(args.model), target=targets[0], baselines=args.baseline or [],
-                         input_shapes=_input_shapes(args), warmup=args.warmup, repeat=args.repeat,
-                         seed=args.seed, progress=not args.quiet)
-    if args.json:
-        return report
-    r = report["results"]
-    print(f"{report['model']} on {report['target']} ({report['hardware']}), "
-          f"median of {args.repeat} interleaved runs")
-    rows = [("xcomp", f"{r['xcomp']['median_ms']:.3f}", f"{r['xcomp']['p90_ms']:.3f}", "1.00", "")]
-    for name in args.baseline or []:
-        rows.append((name, f"{r[name]['median_ms']:.3f}", f"{r[name]['p90_ms']:.3f}",
-                     f"{1 / r[name]['xcomp_ratio']:.2f}", f"{r[name]['max_abs_diff']:.2e}"))
-    print(_table(rows, ["runner", "median ms", "p90 ms", "speed vs xcomp", "max |diff|"]))
-    for name in args.baseline or []:
-        print(f"xcomp / {name} latency ratio: {r[name]['xcomp_ratio']:.2f}  (< 1 means xcomp is faster)")
-    print(f"compile time: {r['xcomp']['compile_s']:.1f}s")
-    return None
+    return _bench_report(args, args.target or ["cpu"])
 
 
 def _bench_report(args, targets):
-    """Every target measured here, imported from --results, or predicted (labelled); report files on --report."""
+    """Every target measured here, imported from --results, or predicted (labelled); report files on --report.
+    The per-group profile and the BLAS rows (a minute or more on a large model) only when a report is written or
+    the JSON document asked for."""
     from xcomp.report import collect_report, write_report
     from xcomp.report.tables import latency_table
 
+    detail = bool(args.report or args.json)
     report = collect_report(_model_arg(args.model), targets=targets,
                             baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
                             db=args.db, results=args.results or [], warmup=args.warmup, repeat=args.repeat,
-                            seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet)
+                            seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet,
+                            profile_groups=detail, blas=detail)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
@@ -512,17 +495,18 @@ def build_parser():
 
     p = sub.add_parser("bench", help="time a model on targets against baselines; write a report",
                        description="Compile a model, then time it and each baseline alternately on the same "
-                                   "random inputs; report medians and the latency ratio. With --report: every "
-                                   "-t target (measured here, imported from --results, or predicted from its "
-                                   "HardwareSpec and labelled so), per-group profile, BLAS for GEMM groups, "
-                                   "charts, as report.json/.md/.html. With --compare: the change between two "
-                                   "report.json files.")
+                                   "random inputs; print medians, spread and the speed against onnxruntime for "
+                                   "every -t target (measured here, imported from --results, or predicted from "
+                                   "its HardwareSpec and labelled so). With --report (or --json): also the "
+                                   "per-group profile and BLAS for GEMM groups; --report writes them with charts "
+                                   "as report.json/.md/.html. With --compare: the change between two report.json "
+                                   "files.")
     p.add_argument("model", nargs="?", help="path to .onnx, or onnx:NAME")
     p.add_argument("-t", "--target", action="append",
                    help="target (repeatable; default cpu): measured when present here, otherwise taken from "
                         "--results or predicted")
     p.add_argument("--baseline", action="append", choices=["onnxruntime", "torch"],
-                   help="baseline to compare against (repeatable; with --report default: onnxruntime and torch)")
+                   help="baseline to compare against (repeatable; default: onnxruntime and torch)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
     p.add_argument("--results", action="append", metavar="REPORT.json",

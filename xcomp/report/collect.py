@@ -16,8 +16,10 @@ def runs_here(target: str) -> bool:
 
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
-                   results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True) -> dict:
-    """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto."""
+                   results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
+                   profile_groups=True, blas=True) -> dict:
+    """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
+    `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts)."""
     from xcomp.backends import get_backend
 
     from . import KIND, SCHEMA_VERSION
@@ -43,6 +45,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                      "with a target measured here; add -t cpu)")
     target_entries, baseline_entries, blas = measure(model, here, list(baselines), input_shapes=input_shapes, db=db,
                                                      warmup=warmup, repeat=repeat, seed=seed,
+                                                     profile_groups=profile_groups, blas=blas,
                                                      progress=progress) if here else ([], [], [])
     other_targets, other_baselines, other_blas, import_notes = imported(results, model_info["sha256"], set(here))
     by_name = {e["target"]: e for e in target_entries + other_targets}
