@@ -142,3 +142,20 @@ def test_numpy_folding_agrees_with_tvm_fold_constant():
     for a, b in zip(constants(ours), constants(theirs)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert "sqrt" not in ours.script() and "divide" not in ours.script()
+
+
+def test_lower_rank_constants_do_not_break_the_blocked_chain():
+    """A per-channel constant of shape [C, 1, 1] (densenet's pre-activation batch norm) between two convs: the
+    chain stays blocked, so the only transforms are into the first conv and out of the last."""
+    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"]),  # the relu keeps the scale from folding into Wa
+             helper.make_node("Mul", ["r", "k"], ["m"]),
+             helper.make_node("Conv", ["m", "Wb"], ["y"], kernel_shape=[1, 1])]
+    inits = [_const("Wa", (16, 16, 3, 3), 1), _const("k", (16, 1, 1), 2, 0.5, 1.5), _const("Wb", (16, 16, 1, 1), 3)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], inits, opset=13)
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(2).uniform(-1, 1, (1, 16, 8, 8)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    transforms = sum(g.count for g in module.groups if "layout_transform" in g.name)
+    assert transforms == 2, [(g.name, g.signature) for g in module.groups]

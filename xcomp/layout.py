@@ -37,22 +37,42 @@ def conv_layouts(call, lanes: int) -> list:
     return [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"]
 
 
-def remove_dropout(func):
-    """`func` with every nn.dropout (an identity at inference) replaced by its input and an all-ones mask.
-    ConvertLayout cannot pass a layout through dropout's (output, mask) tuple."""
+_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
+           "relax.power")
+
+
+def prepare_for_layout(func):
+    """`func` rewritten where TVM's ConvertLayout would stop the blocked layout for no reason:
+    - nn.dropout (an identity at inference) becomes its input and an all-ones mask: ConvertLayout cannot pass a
+      layout through dropout's (output, mask) tuple;
+    - a constant operand of a binary op gets the other operand's rank ([C, 1, 1] -> [1, C, 1, 1], the same
+      broadcast): ConvertLayout converts only operands of equal rank (densenet's pre-activation batch norms
+      otherwise sent every conv input back to NCHW and forth, 122 transforms)."""
+    import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    def ranked(expr, ndim):
+        if not isinstance(expr, tvm.ir.expr.Constant):
+            return expr
+        value = expr.value.numpy()
+        return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
+
     @mutator
-    class _Remover(PyExprMutator):
+    class _Preparer(PyExprMutator):
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = super().visit_call_(call)
-            if getattr(call.op, "name", None) != "relax.nn.dropout":
-                return call
-            data = call.args[0]
-            return relax.Tuple([data, relax.op.ones_like(data)])
+            name = getattr(call.op, "name", None)
+            if name == "relax.nn.dropout":
+                data = call.args[0]
+                return relax.Tuple([data, relax.op.ones_like(data)])
+            if name in _BINARY and len(call.args) == 2:
+                ndim = max(getattr(a.ty, "ndim", -1) for a in call.args)
+                if ndim > 0:
+                    return relax.Call(call.op, [ranked(a, ndim) for a in call.args], call.attrs)
+            return call
 
-    return _Remover().visit_expr(func)
+    return _Preparer().visit_expr(func)
 
 
 def _has_blocked_conv(mod, lanes: int) -> bool:
@@ -81,12 +101,12 @@ def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it s
     def desired(call):
         return {"relax.nn.conv2d": conv_layouts(call, lanes)} if call.op.name == "relax.nn.conv2d" else {}
 
-    @relax.transform.function_pass(opt_level=0, name="xcomp.RemoveDropout")
-    def _dropout(func, mod, ctx):  # noqa: ARG001
-        return remove_dropout(func)
+    @relax.transform.function_pass(opt_level=0, name="xcomp.PrepareForLayout")
+    def _prepare(func, mod, ctx):  # noqa: ARG001
+        return prepare_for_layout(func)
 
     convert = tvm.ir.transform.Sequential(
-        [_dropout, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
+        [_prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
 
     @tvm.ir.transform.module_pass(opt_level=0, name="xcomp.BlockedConvLayout")
     def _pass(mod, ctx):  # noqa: ARG001
