@@ -33,14 +33,16 @@ def main():
             rows.append({"model": name, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"})
             print(f"{name:24s} ERROR {rows[-1]['error']}", flush=True)
             continue
-        r = json.loads(proc.stdout)["results"]
+        report = json.loads(proc.stdout)
+        target = report["targets"][0]
+        ort = next(b for b in report["baselines"] if b["name"] == "onnxruntime")
         row = {
             "model": name,
-            "compile_s": r["xcomp"]["compile_s"],
-            "xcomp_ms": r["xcomp"]["median_ms"],
-            "onnxruntime_ms": r["onnxruntime"]["median_ms"],
-            "ratio": r["onnxruntime"]["xcomp_ratio"],
-            "max_abs_diff": r["onnxruntime"]["max_abs_diff"],
+            "compile_s": target["first_run"]["compile_s"],
+            "xcomp_ms": target["latency"]["median_ms"],
+            "onnxruntime_ms": ort["latency"]["median_ms"],
+            "ratio": target["latency"]["median_ms"] / ort["latency"]["median_ms"],
+            "max_abs_diff": target["check"]["max_abs_diff"],
         }
         rows.append(row)
         print(f"{name:24s} compile {row['compile_s']:6.1f}s  xcomp {row['xcomp_ms']:9.2f} ms  "

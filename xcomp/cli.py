@@ -348,12 +348,11 @@ def cmd_bench(args):
 
 def _bench_report(args, targets):
     """Every target measured here, imported from --results, or predicted (labelled); report files on --report.
-    The per-group profile and the BLAS rows (a minute or more on a large model) only when a report is written or
-    the JSON document asked for."""
+    The per-group profile and the BLAS rows (a minute or more on a large model) only when a report is written."""
     from xcomp.report import collect_report, write_report
     from xcomp.report.tables import latency_table
 
-    detail = bool(args.report or args.json)
+    detail = bool(args.report)
     report = collect_report(_model_arg(args.model), targets=targets,
                             baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
                             db=args.db, results=args.results or [], warmup=args.warmup, repeat=args.repeat,
@@ -497,10 +496,10 @@ def build_parser():
                        description="Compile a model, then time it and each baseline alternately on the same "
                                    "random inputs; print medians, spread and the speed against onnxruntime for "
                                    "every -t target (measured here, imported from --results, or predicted from "
-                                   "its HardwareSpec and labelled so). With --report (or --json): also the "
-                                   "per-group profile and BLAS for GEMM groups; --report writes them with charts "
-                                   "as report.json/.md/.html. With --compare: the change between two report.json "
-                                   "files.")
+                                   "its HardwareSpec and labelled so); --json prints that as the report document. "
+                                   "With --report: also the per-group profile and BLAS for GEMM groups, written "
+                                   "with charts as report.json/.md/.html. With --compare: the change between two "
+                                   "report.json files.")
     p.add_argument("model", nargs="?", help="path to .onnx, or onnx:NAME")
     p.add_argument("-t", "--target", action="append",
                    help="target (repeatable; default cpu): measured when present here, otherwise taken from "
