@@ -31,6 +31,15 @@ def test_best_measured_and_failures(tmp_path):
         assert len(failed) == 1 and failed[0].error.startswith("build failed")
 
 
+def test_remeasurements_keep_the_slower_run_and_failures_stick(tmp_path):
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.add_batch([rec(0, 1.0), rec(1, 2.0), rec(2, 3.0)])
+        db.add_remeasurements([rec(0, 4.0), rec(1, 1.5), rec(2, error="run timed out"), rec(5, 2.5)])
+        medians = {r.knobs["tile"]: r.median_ms for r in db.records()}
+        assert medians == {0: 4.0, 1: 2.0, 2: None, 5: 2.5}  # slower run kept; failure sticks; new one added
+        assert db.best("conv-abc", "cpu", "fp1") == ({"tile": 1, "unroll": 1}, 2.0)
+
+
 def test_jsonl_round_trip(tmp_path):
     with TuningDB(tmp_path / "a.sqlite") as a:
         a.add_batch([rec(i) for i in range(5)])

@@ -443,8 +443,10 @@ def build_parser():
 
     p = sub.add_parser("tune", help="tune a model's operator groups, recording every measurement",
                        description="Search each unique operator group's knob space (cost-model guided), measuring "
-                                   "candidates in isolated processes. Every measured batch is committed to the "
-                                   "database: an interrupted run keeps everything and a rerun resumes.")
+                                   "candidates in isolated processes, then measure each group's 3 fastest "
+                                   "configs once more (a few seconds per group, after --time runs out) and keep "
+                                   "the slower run of each. Every measured batch is committed to the database: "
+                                   "an interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
     p.add_argument("--trials", type=int, help="total measured candidates (default 64 per unique group)")

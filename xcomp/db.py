@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sqlite3
+import statistics
 import time
 
 from xcomp.errors import UserError
@@ -39,6 +40,16 @@ CREATE INDEX IF NOT EXISTS records_by_workload ON records (workload_key, target,
 
 def canonical_knobs(knobs: dict) -> str:
     return json.dumps(knobs, sort_keys=True, separators=(",", ":"))
+
+
+_INSERT = (" INTO records (workload_key, kind, target, hw_fingerprint, knobs, features_version, latencies_ms,"
+           " median_ms, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)")
+
+
+def _row(r) -> tuple:
+    """A record's values in _INSERT's column order."""
+    return (r.workload_key, r.kind, r.target, r.hw_fingerprint, canonical_knobs(r.knobs), r.features_version,
+            json.dumps(r.latencies_ms), r.median_ms, r.error, r.created)
 
 
 @dataclasses.dataclass
@@ -110,24 +121,40 @@ class TuningDB:
     def add_batch(self, records) -> int:
         """Insert records in one transaction (all or nothing); duplicates of a measured candidate are ignored.
         Returns how many rows were new."""
-        rows = [
-            (r.workload_key, r.kind, r.target, r.hw_fingerprint, canonical_knobs(r.knobs), r.features_version,
-             json.dumps(r.latencies_ms), r.median_ms, r.error, r.created)
-            for r in records
-        ]
         before = self._conn.total_changes
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO records (workload_key, kind, target, hw_fingerprint, knobs, features_version,"
-                " latencies_ms, median_ms, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
+            self._conn.executemany("INSERT OR IGNORE" + _INSERT, [_row(r) for r in records])
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
         return self._conn.total_changes - before
+
+    def add_remeasurements(self, records) -> None:
+        """Second measurements of candidates, in one transaction. The record keeps the slower of its two runs
+        (a config counts as fast only if it was fast both times: one lucky run cannot stay the best); a failed
+        run marks the record failed (a candidate that crashes or hangs now and then is no candidate). A record
+        not stored yet is inserted."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            for r in records:
+                key = (r.workload_key, r.target, r.hw_fingerprint, canonical_knobs(r.knobs))
+                row = self._conn.execute(
+                    "SELECT id, latencies_ms, error FROM records WHERE workload_key = ? AND target = ? AND "
+                    "hw_fingerprint = ? AND knobs = ?", key).fetchone()
+                if row is None:
+                    self._conn.execute("INSERT" + _INSERT, _row(r))
+                elif r.error is not None or row[2] is not None:
+                    self._conn.execute("UPDATE records SET median_ms = NULL, error = ? WHERE id = ?",
+                                       (r.error or row[2], row[0]))
+                elif r.median_ms > statistics.median(json.loads(row[1])):
+                    self._conn.execute("UPDATE records SET latencies_ms = ?, median_ms = ? WHERE id = ?",
+                                       (json.dumps(r.latencies_ms), r.median_ms, row[0]))
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     # -- reading ---------------------------------------------------------------------------------------------
 

@@ -3,12 +3,14 @@
 Time goes where the model spends its time: each round tunes the task with the largest remaining share of model
 latency (best latency x occurrences), as Ansor's task scheduler does, with a round-robin warm-up so every task
 gets measured. Every measured batch is committed to the database before the next one starts; a resumed run
-skips what is already there; Ctrl-C stops after keeping everything measured.
+skips what is already there; Ctrl-C stops after keeping everything measured. At the end each group's three
+fastest configs are measured once more (Tuner.confirm), so a lucky first measurement cannot pick the config.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import time
@@ -99,14 +101,17 @@ class Tuner:
 
     # -- measurement --------------------------------------------------------------------------------------
 
+    def _workload(self, task):
+        return Workload(task.group.key, task.group.kind, self.backend.target_string,
+                        self.backend.spec.fingerprint(), FEATURES_VERSION)
+
     def _vector(self, task, knobs):
         return self.features.vector(task.template.schedule(knobs), knobs, task.group.kind)
 
     def _measure(self, task, knob_list):
         params = func_params(task.group.func)
         builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
-        workload = Workload(task.group.key, task.group.kind, self.backend.target_string,
-                            self.backend.spec.fingerprint(), FEATURES_VERSION)
+        workload = self._workload(task)
         try:
             results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
                                       params, workload=workload)
@@ -209,6 +214,29 @@ class Tuner:
         self._retrain()
         return task, len(batch)
 
+    def confirm(self, tasks, top: int = 3):
+        """Measure each task's `top` fastest configs again and fold the new times into their records, so a
+        config that was fast once by luck (a quiet moment on a shared machine) does not stay the best. Not new
+        trials: the budget and the curves stay as they are."""
+        for task in bar(tasks, desc="confirm", unit="group", enabled=self.progress, leave=False):
+            fastest = sorted((ms, knobs) for knobs, ms in task.measured.items() if math.isfinite(ms))[:top]
+            if not fastest or task.waiting:
+                continue
+            knob_list = [json.loads(knobs) for _, knobs in fastest]
+            builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
+            try:
+                results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
+                                          func_params(task.group.func), workload=self._workload(task))
+            except MeasurementDeferred:
+                continue
+            workload = self._workload(task)
+            self.db.add_remeasurements([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
+            fingerprint = self.backend.spec.fingerprint()
+            for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+                task.measured[canonical_knobs(record.knobs)] = record.median_ms if record.ok else math.inf
+            task.best_ms, best = min((ms, knobs) for knobs, ms in task.measured.items())
+            task.best_knobs = json.loads(best) if math.isfinite(task.best_ms) else None
+
     def close(self):
         self.builder.close()
         self.runner.close()
@@ -230,6 +258,7 @@ class Tuner:
                 spent += measured
                 overall.update(measured)
                 overall.set_postfix_str(f"{task.group.kind} best {task.best_ms:.3f}ms")
+            self.confirm(tasks)
         except KeyboardInterrupt:
             overall.write("interrupted: every measured candidate is in the database")
         finally:
