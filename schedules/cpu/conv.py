@@ -126,10 +126,11 @@ class ConvTemplate(CpuTemplate):
         # ran resnet50 in 38.2 ms, this one in 33.3 ms.
         l2 = self.spec.cache_bytes[1] or 256 * 1024
         tile_bytes = self.reduce_volume * self.lanes * 4
-        fits = [cb for cb in divisors(self.out_channels // self.lanes, 8) if cb == 1 or cb * tile_bytes <= l2 // 2]
+        space = self.knob_space()
+        fits = [cb for cb in space["co_block"] if cb == 1 or cb * tile_bytes <= l2 // 2]
         budget = accumulator_budget(self.spec)[0]
         best = max(
-            ((cb, rows, ob) for cb in fits for rows in divisors(self.out_h, 4) for ob in divisors(self.out_w, 16)
+            ((cb, rows, ob) for cb in fits for rows in space["oh_block"] for ob in space["ow_block"]
              if cb * rows * ob <= budget),
             # most FMAs per tile, then fewest loads per FMA, then single rows (contiguous input reads)
             key=lambda t: (t[0] * t[1] * t[2], -(t[0] + t[1] * t[2]), -t[1]),
