@@ -159,3 +159,21 @@ def test_lower_rank_constants_do_not_break_the_blocked_chain():
     assert_matches_ort(module, model, x)
     transforms = sum(g.count for g in module.groups if "layout_transform" in g.name)
     assert transforms == 2, [(g.name, g.signature) for g in module.groups]
+
+
+def test_output_channels_are_padded_to_whole_vectors():
+    """A conv with 20 output channels (a classifier's 1000, in small) runs blocked on zero-padded weights, and
+    the padding channels are sliced off before anything reads them."""
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"])]
+    inits = [_const("W", (20, 16, 1, 1), 1), _const("B", (20,), 2)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 1, 1])], inits, opset=13)
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(3).uniform(-1, 1, (1, 16, 6, 6)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    lanes = module.spec.simd_width
+    (conv,) = _conv_groups(module)
+    blocks, _, _, width = (int(d) for d in conv.signature.split(" -> ")[1].split("x")[1:5])
+    assert _output_dims(conv) == 5 and blocks * width == -(-20 // lanes) * lanes

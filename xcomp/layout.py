@@ -41,13 +41,42 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
            "relax.power")
 
 
-def prepare_for_layout(func):
+def _paddable(conv, lanes: int) -> bool:
+    """An fp32 NCHW/OIHW ungrouped conv2d with at least a vector of output channels, but not whole vectors."""
+    attrs, weight = conv.attrs, conv.args[1].ty
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        return False
+    if int(attrs.groups) != 1 or str(weight.dtype) != "float32" or weight.ndim != 4:
+        return False
+    channels = weight.shape[0]
+    return hasattr(channels, "value") and int(channels) > lanes and int(channels) % lanes != 0
+
+
+def _pad_channels(conv, weight, lanes: int):
+    """(conv2d on weights zero-padded to whole vectors of output channels, the channels to keep), or None when
+    the conv is not `_paddable` or its weight (`weight`: the constant it is bound to) is not a constant."""
+    import numpy as np
+    from tvm import relax
+
+    value = weight.value.numpy() if hasattr(getattr(weight, "value", None), "numpy") else None
+    if value is None or not _paddable(conv, lanes):
+        return None
+    channels = value.shape[0]
+    padded = np.zeros((-(-channels // lanes) * lanes, *value.shape[1:]), np.float32)
+    padded[:channels] = value
+    return relax.Call(conv.op, [conv.args[0], relax.const(padded)], conv.attrs), channels
+
+
+def prepare_for_layout(func, lanes: int):
     """`func` rewritten where TVM's ConvertLayout would stop the blocked layout for no reason:
+    - a conv whose output channels are not whole vectors (a classifier's 1000) runs on zero-padded weights, its
+      bias add too, and the padding channels are sliced off after that;
     - nn.dropout (an identity at inference) becomes its input and an all-ones mask: ConvertLayout cannot pass a
       layout through dropout's (output, mask) tuple;
     - a constant operand of a binary op gets the other operand's rank ([C, 1, 1] -> [1, C, 1, 1], the same
       broadcast): ConvertLayout converts only operands of equal rank (densenet's pre-activation batch norms
       otherwise sent every conv input back to NCHW and forth, 122 transforms)."""
+    import numpy as np
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -58,11 +87,46 @@ def prepare_for_layout(func):
         value = expr.value.numpy()
         return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
 
+    padded = {}  # var of a channel-padded result -> the channels to keep
+
     @mutator
     class _Preparer(PyExprMutator):
+        def _bound(self, expr):
+            """The value `expr` is bound to, or `expr`."""
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            return expr if value is None else value
+
+        def _slice(self, value, channels):
+            var = self.builder_.emit(value)
+            padded[var] = channels
+            return relax.op.strided_slice(var, axes=[1], begin=[0], end=[channels])
+
+        def _bias_before_slice(self, call):
+            """add(slice(padded), bias) -> slice(add(padded, padded bias)): the bias stays in the conv's group."""
+            source, bias = (self._bound(a) for a in call.args)
+            if getattr(getattr(source, "op", None), "name", None) != "relax.strided_slice":
+                return None
+            channels = padded.get(source.args[0])
+            value = bias.value.numpy() if isinstance(bias, tvm.ir.expr.Constant) else None
+            if channels is None or value is None or value.dtype.name != "float32" or value.size != channels:
+                return None
+            if value.shape != (1, channels, 1, 1)[-value.ndim:]:
+                return None
+            width = int(source.args[0].ty.shape[1])
+            vector = np.zeros((1, width, 1, 1), np.float32)
+            vector[0, :channels, 0, 0] = value.reshape(-1)
+            return self._slice(relax.op.add(source.args[0], relax.const(vector)), channels)
+
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
+            if name == "relax.nn.conv2d":
+                padding = _pad_channels(call, self._bound(call.args[1]), lanes)
+                return call if padding is None else self._slice(*padding)
+            if name == "relax.add":
+                lifted = self._bias_before_slice(call)
+                if lifted is not None:
+                    return lifted
             if name == "relax.nn.dropout":
                 data = call.args[0]
                 return relax.Tuple([data, relax.op.ones_like(data)])
@@ -83,7 +147,7 @@ def _has_blocked_conv(mod, lanes: int) -> bool:
 
     def visit(expr):
         if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d":
-            found.append(conv_layouts(expr, lanes)[-1] != "NCHW")
+            found.append(conv_layouts(expr, lanes)[-1] != "NCHW" or _paddable(expr, lanes))
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
@@ -103,7 +167,7 @@ def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it s
 
     @relax.transform.function_pass(opt_level=0, name="xcomp.PrepareForLayout")
     def _prepare(func, mod, ctx):  # noqa: ARG001
-        return prepare_for_layout(func)
+        return prepare_for_layout(func, lanes)
 
     convert = tvm.ir.transform.Sequential(
         [_prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
