@@ -5,8 +5,8 @@ concurrent streams, a TLB entry each) and writes its output vectors scattered ac
 inputs that the previous group left in the other core's cache, that cost resnet50's 1x1 convs 40-90% over their
 time measured alone. As NCHW{V}c the V channels of a pixel are one vector: convs read and write whole vectors,
 and the adds, relus, pools and concats between them run unchanged on the blocked tensors. TVM's ConvertLayout
-propagates the layout and inserts the transforms where it must stop (the first conv of an RGB image, a reshape
-before the classifier).
+propagates the layout and inserts the transforms where it must stop (an op with no blocked form such as LRN or a
+grouped conv, the reshape before a classifier).
 """
 
 from __future__ import annotations
@@ -18,21 +18,25 @@ from xcomp.errors import describe
 log = logging.getLogger(__name__)
 
 
-def conv_layouts(call, lanes: int) -> list:
-    """[data, kernel, output] layouts for a conv2d call. Blocked output when the output channels are whole
-    vectors (fp32, NCHW/OIHW, static image size, no groups); blocked input too when the input channels are
-    (else the conv reads NCHW, as the RGB stem of a CNN does, and its weights are OIHW{V}o)."""
-    plain = ["NCHW", "OIHW", "NCHW"]
+def _blockable(call) -> bool:
+    """A conv2d that can run blocked once its output channels are whole vectors: fp32, NCHW/OIHW, no groups,
+    static channels and image size."""
     attrs = call.attrs
     data, weight = call.args[0].ty, call.args[1].ty
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
-        return plain
+        return False
     if str(data.dtype) != "float32" or int(attrs.groups) != 1 or data.ndim != 4 or weight.ndim != 4:
-        return plain
-    dims = [*list(data.shape)[1:], weight.shape[0]]
-    if not all(hasattr(d, "value") for d in dims) or int(dims[-1]) % lanes:
-        return plain
-    if int(dims[0]) % lanes:
+        return False
+    return all(hasattr(d, "value") for d in [*list(data.shape)[1:], weight.shape[0]])
+
+
+def conv_layouts(call, lanes: int) -> list:
+    """[data, kernel, output] layouts for a conv2d call. Blocked output when it is `_blockable` and its output
+    channels are whole vectors; blocked input too when its input channels are (else the conv reads NCHW, as the
+    RGB stem of a CNN does, and its weights are OIHW{V}o)."""
+    if not _blockable(call) or int(call.args[1].ty.shape[0]) % lanes:
+        return ["NCHW", "OIHW", "NCHW"]
+    if int(call.args[0].ty.shape[1]) % lanes:
         return ["NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c"]
     return [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"]
 
@@ -42,14 +46,11 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
 
 
 def _paddable(conv, lanes: int) -> bool:
-    """An fp32 NCHW/OIHW ungrouped conv2d with at least a vector of output channels, but not whole vectors."""
-    attrs, weight = conv.attrs, conv.args[1].ty
-    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+    """A `_blockable` conv2d with more output channels than a vector, but not whole vectors."""
+    if not _blockable(conv):
         return False
-    if int(attrs.groups) != 1 or str(weight.dtype) != "float32" or weight.ndim != 4:
-        return False
-    channels = weight.shape[0]
-    return hasattr(channels, "value") and int(channels) > lanes and int(channels) % lanes != 0
+    channels = int(conv.args[1].ty.shape[0])
+    return channels > lanes and channels % lanes != 0
 
 
 def _pad_channels(conv, weight, lanes: int):
