@@ -335,7 +335,24 @@ def convert_reshape(bb, inputs, attrs, opset, stock):
     return stock()
 
 
+# -- PRelu ------------------------------------------------------------------------------------------------------
+
+
+def convert_prelu(bb, inputs, attrs, opset, stock):
+    """PReLU as where(x < 0, x * slope, x). Before opset 7 a [C] slope runs along the channel axis (axis 1),
+    which TVM's converter gets wrong (it asserts while legalizing; torch exported nn.PReLU(num_parameters=C)
+    that way); from opset 7 the slope broadcasts to x as in numpy, so the elementwise ops take it as it is."""
+    relax = _relax()
+    data, slope = inputs[0], inputs[1]
+    ndim, slope_shape = data.ty.ndim, list(slope.ty.shape)
+    if opset < 7 and len(slope_shape) == 1 and ndim > 2:
+        slope = bb.normalize(relax.op.reshape(slope, [slope_shape[0]] + [1] * (ndim - 2)))
+    negative = relax.op.less(data, relax.const(0, _dtype(data)))
+    return relax.op.where(negative, relax.op.multiply(data, slope), data)
+
+
 CONVERTERS = {
+    "PRelu": convert_prelu,
     "Reshape": convert_reshape,
     "LSTM": convert_lstm,
     "GRU": convert_gru,

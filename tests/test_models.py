@@ -71,9 +71,6 @@ KNOWN_FAILURES = {
     ("simple", "test_sequence_model6"): "SequenceLength of a SplitToSequence: TVM's converter fails",
     ("simple", "test_sequence_model8"): "SplitToSequence over symbolic dim 'n': TVM's converter needs a constant split",
     ("pytorch-operator", "test_operator_index"): "Slice at opset 6 without `axes`: TVM's converter fails",
-    ("pytorch-converted", "test_PReLU_1d_multiparam"): "PReLU with a per-channel slope: TVM's converter asserts",
-    ("pytorch-converted", "test_PReLU_2d_multiparam"): "PReLU with a per-channel slope: TVM's converter asserts",
-    ("pytorch-converted", "test_PReLU_3d_multiparam"): "PReLU with a per-channel slope: TVM's converter asserts",
 }
 KNOWN_FAILURES.update({("simple", c): _STRINGS for c in [
     "test_strnorm_model_monday_casesensintive_lower", "test_strnorm_model_monday_casesensintive_nochangecase",

@@ -273,3 +273,27 @@ def test_gather_far_out_of_range_computed_index_does_not_crash(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "nan rows: 2" in proc.stdout
+
+
+# -- PRelu ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, slope_shape, opset", [((2, 3, 4), (3,), 6), ((2, 3, 4, 5), (3,), 6),
+                                                       ((2, 3, 4, 5), (3, 1, 1), 13), ((2, 3, 4, 5), (5,), 13)])
+def test_prelu_slope_broadcasts_as_onnx_says(shape, slope_shape, opset):
+    """Before opset 7 a [C] slope runs along the channel axis (torch's nn.PReLU(num_parameters=C) exported so),
+    which made TVM's converter assert; from opset 7 it broadcasts the numpy way. (onnxruntime has no PRelu-6:
+    the reference is numpy's.)"""
+    slope = numpy_helper.from_array(np.linspace(0.1, 0.9, int(np.prod(slope_shape)), dtype=np.float32)
+                                    .reshape(slope_shape), "slope")
+    model = make_model([helper.make_node("PRelu", ["x", "slope"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], [slope], opset=opset)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    values = numpy_helper.to_array(slope)
+    if opset < 7:
+        values = values.reshape(-1, *[1] * (len(shape) - 2))
+    expected = np.where(x < 0, x * values, x)
+    np.testing.assert_allclose(xcomp.compile(model).run({"x": x})["y"], expected, rtol=1e-6)
+    if opset >= 7:
+        np.testing.assert_allclose(expected, ort_run(model, {"x": x})[0], rtol=1e-6)
