@@ -222,11 +222,11 @@ def _static_shapes(proto) -> dict:
     return shapes
 
 
-def index_ranges(proto) -> dict:
-    """{input name: (low, high, node)} for each graph input used directly as the indices of a Gather over a
-    static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others; our compiled code would
-    read out of bounds)."""
-    inputs = {spec.name for spec in graph_inputs(proto)}
+def index_ranges(proto, inputs) -> dict:
+    """{input name: (low, high, node)} for each of `inputs` (the graph's TensorSpecs) used directly as the
+    indices of a Gather over a static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others;
+    our compiled code would read out of bounds)."""
+    inputs = {spec.name for spec in inputs}
     shapes = _static_shapes(proto)
     ranges = {}
     for node in proto.graph.node:
@@ -512,8 +512,9 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
     bound = _bind_and_infer(proto, input_shapes, label)
-    ranges = index_ranges(bound)
-    inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in graph_inputs(bound)]
+    inputs = graph_inputs(bound)
+    ranges = index_ranges(bound, inputs)
+    inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]
     try:
         mod = _import(bound, opset, inputs, label)
     except XcompError as err:

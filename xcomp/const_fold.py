@@ -86,20 +86,15 @@ def fold_constants(func):
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    from xcomp.passes import bound_value
+
     @mutator
     class _Folder(PyExprMutator):
-        def _constant(self, expr):
-            """The constant `expr` is, or is bound to (the importer binds parameters to variables)."""
-            if isinstance(expr, relax.Var):
-                bound = self.lookup_binding(expr)
-                return bound if bound is not None else expr
-            return expr
-
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = self.builder_.normalize(super().visit_call_(call))
             if not isinstance(call.op, tvm.ir.Op) or call.op.name not in (*_ELEMENTWISE, *_SHAPE_OPS):
                 return call
-            tensors = [self._constant(a) for a in call.args if not isinstance(a, relax.ShapeExpr)]
+            tensors = [bound_value(self, a) for a in call.args if not isinstance(a, relax.ShapeExpr)]
             if not tensors or not all(isinstance(a, tvm.ir.expr.Constant) for a in tensors):
                 return call
             try:
@@ -112,10 +107,6 @@ def fold_constants(func):
 
 
 def FoldConstantsNumpy():  # noqa: N802 (named like the TVM passes it sits among)
-    from tvm import relax
+    from xcomp.passes import function_pass
 
-    @relax.transform.function_pass(opt_level=0, name="xcomp.FoldConstantsNumpy")
-    def _pass(func, mod, ctx):  # noqa: ARG001
-        return fold_constants(func)
-
-    return _pass
+    return function_pass(fold_constants, "xcomp.FoldConstantsNumpy")

@@ -142,10 +142,6 @@ def fold_conv_affine(func):
 
 def FoldConvAffine():  # noqa: N802 (named like the TVM passes it sits among)
     """The Relax function pass running fold_conv_affine on every function."""
-    from tvm import relax
+    from xcomp.passes import function_pass
 
-    @relax.transform.function_pass(opt_level=0, name="xcomp.FoldConvAffine")
-    def _pass(func, mod, ctx):  # noqa: ARG001
-        return fold_conv_affine(func)
-
-    return _pass
+    return function_pass(fold_conv_affine, "xcomp.FoldConvAffine")

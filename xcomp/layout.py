@@ -59,7 +59,9 @@ def _pad_channels(conv, weight, lanes: int):
     import numpy as np
     from tvm import relax
 
-    value = weight.value.numpy() if hasattr(getattr(weight, "value", None), "numpy") else None
+    from xcomp.schedules.cpu.legalize import constant_f32
+
+    value = constant_f32(weight)
     if value is None or not _paddable(conv, lanes):
         return None
     channels = value.shape[0]
@@ -88,15 +90,13 @@ def prepare_for_layout(func, lanes: int):
         value = expr.value.numpy()
         return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
 
+    from xcomp.passes import bound_value
+    from xcomp.schedules.cpu.legalize import constant_f32
+
     padded = {}  # var of a channel-padded result -> the channels to keep
 
     @mutator
     class _Preparer(PyExprMutator):
-        def _bound(self, expr):
-            """The value `expr` is bound to, or `expr`."""
-            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-            return expr if value is None else value
-
         def _slice(self, value, channels):
             var = self.builder_.emit(value)
             padded[var] = channels
@@ -104,12 +104,12 @@ def prepare_for_layout(func, lanes: int):
 
         def _bias_before_slice(self, call):
             """add(slice(padded), bias) -> slice(add(padded, padded bias)): the bias stays in the conv's group."""
-            source, bias = (self._bound(a) for a in call.args)
+            source, bias = (bound_value(self, a) for a in call.args)
             if getattr(getattr(source, "op", None), "name", None) != "relax.strided_slice":
                 return None
             channels = padded.get(source.args[0])
-            value = bias.value.numpy() if isinstance(bias, tvm.ir.expr.Constant) else None
-            if channels is None or value is None or value.dtype.name != "float32" or value.size != channels:
+            value = constant_f32(bias)
+            if channels is None or value is None or value.size != channels:
                 return None
             if value.shape != (1, channels, 1, 1)[-value.ndim:]:
                 return None
@@ -122,7 +122,7 @@ def prepare_for_layout(func, lanes: int):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
             if name == "relax.nn.conv2d":
-                padding = _pad_channels(call, self._bound(call.args[1]), lanes)
+                padding = _pad_channels(call, bound_value(self, call.args[1]), lanes)
                 return call if padding is None else self._slice(*padding)
             if name == "relax.add":
                 lifted = self._bias_before_slice(call)
@@ -141,7 +141,6 @@ def prepare_for_layout(func, lanes: int):
 
 
 def _has_blocked_conv(mod, lanes: int) -> bool:
-    import tvm
     from tvm import relax
 
     found = []
@@ -163,15 +162,14 @@ def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it s
     import tvm
     from tvm import relax
 
+    from xcomp.passes import function_pass
+
     def desired(call):
         return {"relax.nn.conv2d": conv_layouts(call, lanes)} if call.op.name == "relax.nn.conv2d" else {}
 
-    @relax.transform.function_pass(opt_level=0, name="xcomp.PrepareForLayout")
-    def _prepare(func, mod, ctx):  # noqa: ARG001
-        return prepare_for_layout(func, lanes)
-
+    prepare = function_pass(lambda func: prepare_for_layout(func, lanes), "xcomp.PrepareForLayout")
     convert = tvm.ir.transform.Sequential(
-        [_prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
+        [prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
 
     @tvm.ir.transform.module_pass(opt_level=0, name="xcomp.BlockedConvLayout")
     def _pass(mod, ctx):  # noqa: ARG001

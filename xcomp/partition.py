@@ -60,9 +60,9 @@ def graph_passes(spec):
     from xcomp.fold_affine import FoldConvAffine
     from xcomp.layout import BlockedConvLayout
 
-    # GPU convs keep NCHW: their templates (dlight) expect it
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
     fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
+    # GPU convs keep NCHW: their templates (dlight) expect it
     layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width), *fold]
     return tvm.ir.transform.Sequential(
         [

@@ -108,13 +108,17 @@ class Tuner:
     def _vector(self, task, knobs):
         return self.features.vector(task.template.schedule(knobs), knobs, task.group.kind)
 
-    def _measure(self, task, knob_list):
-        params = func_params(task.group.func)
+    def _build_and_run(self, task, knob_list):
+        """(workload, measured results) of `knob_list`; MeasurementDeferred from a runner that measures later."""
         builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
         workload = self._workload(task)
+        results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
+                                  func_params(task.group.func), workload=workload)
+        return workload, results
+
+    def _measure(self, task, knob_list):
         try:
-            results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
-                                      params, workload=workload)
+            workload, results = self._build_and_run(task, knob_list)
         except MeasurementDeferred:
             task.waiting = True
             return []
@@ -222,14 +226,10 @@ class Tuner:
             fastest = sorted((ms, knobs) for knobs, ms in task.measured.items() if math.isfinite(ms))[:top]
             if not fastest or task.waiting:
                 continue
-            knob_list = [json.loads(knobs) for _, knobs in fastest]
-            builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
             try:
-                results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
-                                          func_params(task.group.func), workload=self._workload(task))
+                workload, results = self._build_and_run(task, [json.loads(knobs) for _, knobs in fastest])
             except MeasurementDeferred:
                 continue
-            workload = self._workload(task)
             self.db.add_remeasurements([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
             fingerprint = self.backend.spec.fingerprint()
             for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):

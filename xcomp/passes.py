@@ -1,0 +1,23 @@
+"""Small pieces our Relax passes share (fold_affine, const_fold, layout)."""
+
+from __future__ import annotations
+
+
+def function_pass(transform, name: str):
+    """A Relax pass running `transform(func) -> func` on every Relax function of a module."""
+    from tvm import relax
+
+    @relax.transform.function_pass(opt_level=0, name=name)
+    def _pass(func, mod, ctx):  # noqa: ARG001
+        return transform(func)
+
+    return _pass
+
+
+def bound_value(mutator, expr):
+    """The value a variable is bound to, as a PyExprMutator has seen it (the importer binds parameters to
+    variables), or `expr` itself."""
+    from tvm import relax
+
+    value = mutator.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+    return expr if value is None else value
