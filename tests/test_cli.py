@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -107,6 +108,7 @@ def test_bench_against_onnxruntime(tmp_path):
     assert target["check"] == {"reference": "onnxruntime", "max_abs_diff": target["check"]["max_abs_diff"]}
     assert target["check"]["max_abs_diff"] < 1e-4
     assert "groups" not in target  # the per-group profile is for --report
+    assert target["model_flops"] > 0  # the table's rate column divides this by each runner's median
 
 
 def test_bench_table_without_report_is_the_report_table(tmp_path):
@@ -118,6 +120,10 @@ def test_bench_table_without_report_is_the_report_table(tmp_path):
     header = next(line for line in r.stdout.splitlines() if line.startswith("runner"))
     assert header.split()[:4] == ["runner", "status", "median", "p90"] and "vs onnxruntime" in header
     assert "onnxruntime (cpu)" in r.stdout and "measured" in r.stdout
+    # the model's arithmetic rate and share of this CPU's peak, for xcomp and for the baselines alike
+    assert "rate (% of peak)" in header
+    rows = [line for line in r.stdout.splitlines() if "measured" in line]
+    assert rows and all(re.search(r"[\d.]+ GFLOP/s \((<0.001|[\d.]+)%\)", line) for line in rows)
 
 
 def test_shipped_model_shorthand():

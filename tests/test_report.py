@@ -124,6 +124,17 @@ def test_measured_cpu_target(run):
         assert g["pct_of_roofline"] >= 0 and g["tuned"] is False
     # every group the VM calls was also timed inside whole runs (a reshape the VM runs as a builtin is not)
     assert all(g["in_model_ms"] > 0 for g in groups if g["kind"] in ("matmul", "conv"))
+    # shares and rates describe the model's own time: the in-model time, not the group's time alone
+    in_model_total = sum(g["in_model_total_ms"] for g in groups)
+    for g in groups:
+        assert g["rates_from"] == "in_model"
+        assert g["share"] == pytest.approx(g["in_model_total_ms"] / in_model_total)
+        if g["in_model_ms"]:
+            assert g["gflops"] == pytest.approx(g["flops"] / g["in_model_ms"] / 1e6)
+            assert g["pct_of_roofline"] == pytest.approx(100 * g["roofline_ms"] / g["in_model_ms"])
+    shares = [g["share"] for g in groups]
+    assert shares == sorted(shares, reverse=True)
+    assert cpu["model_flops"] == sum(g["flops"] * g["count"] for g in groups)
     assert cpu["roofline_bound_predicted_ms"] == pytest.approx(sum(g["roofline_ms"] * g["count"] for g in groups))
 
 

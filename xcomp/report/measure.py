@@ -150,6 +150,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                           "total_s": e["compile_s"] + e["first_ms"] / 1e3,
                           "compile_breakdown_s": module.info.get("compile_times", {})},
             "schedules": _schedule_sources(module),
+            "model_flops": model_flops(module),
         }
         if "check" in e:
             entry["check"] = e["check"]
@@ -165,6 +166,17 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                     gemm_rows.append({"target": target, **row})
         target_entries.append(entry)
     return target_entries, list(baseline_entries.values()), gemm_rows
+
+
+def model_flops(module):
+    """Arithmetic operations in one inference (sum over groups of flops x count); None when a symbolic dim
+    leaves the count open."""
+    from xcomp.partition import unique_groups
+
+    merged = unique_groups(module.groups).values()
+    if any(rep.symbols for rep, _count in merged):
+        return None
+    return sum(rep.flops * count for rep, count in merged)
 
 
 def _schedule_sources(module) -> dict:

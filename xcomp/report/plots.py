@@ -140,7 +140,7 @@ def roofline_chart(report, out_dir):
                           + (f", {fmt.si(bw, 'B/s')}" if bw else ""))
     for i, t in points:
         color = TARGET_COLORS[i % len(TARGET_COLORS)]
-        gs = [g for g in t["groups"] if g["flops"] and g["bytes"] and g["median_ms"] > 0]
+        gs = [g for g in t["groups"] if g["flops"] and g["bytes"] and g["gflops"] > 0]
         if not gs:
             continue
         ax.scatter([g["flops"] / g["bytes"] for g in gs], [g["gflops"] for g in gs],
@@ -153,7 +153,8 @@ def roofline_chart(report, out_dir):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity, FLOP / byte")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title("Roofline: achieved GFLOP/s per group (measured; dot size = time share) under each spec's roof")
+    ax.set_title("Roofline: achieved GFLOP/s per group inside the model (dot size = time share) under each "
+                 "spec's roof")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="major", alpha=0.3)
     return _save(fig, out_dir, "roofline.png")

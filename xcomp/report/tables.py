@@ -31,20 +31,43 @@ def _ort_median(report):
     return None
 
 
+def _this_cpu(report):
+    """(model FLOPs, fp32 peak FLOP/s) of the CPU measured in this run (the machine the baselines ran on)."""
+    for e in report["targets"]:
+        if (e.get("status") == "measured" and e.get("origin", {}).get("kind") == "this run"
+                and e["hardware"].get("kind") == "cpu"):
+            return e.get("model_flops"), e["hardware"].get("peak_flops", {}).get("float32")
+    return None, None
+
+
+def _rate(flops, peak, median_ms) -> str:
+    """'265 GFLOP/s (80%)': the model's arithmetic rate, and its share of the spec's fp32 peak."""
+    if not flops or not median_ms:
+        return "-"
+    rate = flops / median_ms * 1e3
+
+    def short(x):  # 265, 3.1, 0.012: three figures at most, no exponent
+        return f"{x:.0f}" if x >= 10 else f"{x:.2g}" if x >= 0.001 else "<0.001"
+
+    return f"{short(rate / 1e9)} GFLOP/s" + (f" ({short(100 * rate / peak)}%)" if peak else "")
+
+
 def latency_table(report) -> Table:
     ort = _ort_median(report)
+    cpu_flops, cpu_peak = _this_cpu(report)
     t = Table("latency", "End-to-end latency",
               ["runner", "status", "median", "p90", "spread p10-p90", "runs", "throughput", "first run",
-               "vs onnxruntime", "max |diff|"],
+               "vs onnxruntime", "rate (% of peak)", "max |diff|"],
               note="Medians of interleaved runs on the same inputs. first run = compile + load + first inference. "
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
-                   "onnxruntime). Predicted rows are roofline lower bounds from the target's HardwareSpec, not "
-                   "measurements.")
+                   "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
+                   "hardware's fp32 peak; baselines are set against this machine's CPU. Predicted rows are "
+                   "roofline lower bounds from the target's HardwareSpec, not measurements.")
     for e in report["targets"]:
         value, predicted = fmt.target_latency(e)
         if predicted:
             t.add([f"xcomp {fmt.target_label(e)}", "predicted", f"{fmt.ms(value)} (predicted)", "-", "-", "-",
-                   f"{1e3 / value:.1f}/s (predicted)" if value else "-", "-", "-", "-"], "predicted")
+                   f"{1e3 / value:.1f}/s (predicted)" if value else "-", "-", "-", "-", "-"], "predicted")
             continue
         lat, imported = e["latency"], e.get("origin", {}).get("kind") == "results file"
         vs = "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"])
@@ -52,6 +75,7 @@ def latency_table(report) -> Table:
         t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
                fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
+               _rate(e.get("model_flops"), e["hardware"].get("peak_flops", {}).get("float32"), lat["median_ms"]),
                f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
               *(["imported"] if imported else []))
     for b in report["baselines"]:
@@ -63,6 +87,7 @@ def latency_table(report) -> Table:
                fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{b['throughput']['inferences_per_s']:.1f}/s", "-",
                "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
+               "-" if imported else _rate(cpu_flops, cpu_peak, lat["median_ms"]),
                f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
               *(["imported"] if imported else []))
     return t
@@ -88,13 +113,16 @@ def group_table(entry, top=25) -> Table:
                    f"{fmt.ms(g['predicted_ms'])} (predicted)", f"{100 * g['predicted_share']:.1f}% (predicted)",
                    f"{g['bound']} ({g['peak_dtype']})"], "predicted")
     else:
+        alone = any(g.get("rates_from", "alone") == "alone" for g in entry["groups"])  # older reports: alone
+        basis = "the time alone" if alone else "the time in the model"
         t = Table(f"groups-{entry['target']}", f"Operator groups on {label}",
-                  ["group", "kind", "count", "FLOPs", "bytes", "time/call", "in model", "% of total", "GFLOP/s",
+                  ["group", "kind", "count", "FLOPs", "bytes", "alone", "in model", "% of model", "GFLOP/s",
                    "GB/s", "% of roofline", "schedule", "default -> tuned"],
-                  note="Each unique group built alone with the config the model uses and timed on random data. "
-                       "in model: its median time per call inside whole runs of the model, where inputs and "
-                       "weights are not already in cache (- for a group the VM runs as a builtin). "
-                       "% of roofline = roofline bound / measured time on " + fmt.spec_summary(entry["hardware"])
+                  note="alone: each unique group built alone with the config the model uses and timed on random "
+                       "data, per call. in model: its median time per call inside whole runs of the model, where "
+                       "inputs and weights are not already in cache (- for a group the VM runs as a builtin). "
+                       f"% of model, GFLOP/s, GB/s and % of roofline are computed from {basis}. "
+                       "% of roofline = roofline bound / time on " + fmt.spec_summary(entry["hardware"])
                        + " (above 100%: the data stayed in cache, faster than the spec's memory bandwidth).")
         for g in entry["groups"][:top]:
             tuned = (f"{fmt.ms(g['default_ms'])} -> {fmt.ms(g['median_ms'])} ({fmt.ratio(g['speedup_vs_default'])})"
