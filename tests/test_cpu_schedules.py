@@ -10,6 +10,7 @@ the test instead of falling back to the default.
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -258,9 +259,11 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         # 6 channels per group cannot fill a vector: weights stay OIHW, pixels are vectorized instead
         dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
         dict(c_in=12, c_out=18, size=9, kernel=3, pad=1, group=3),
+        # 4 channels per group: a 4-lane channel vector where SIMD is 4 or 8 lanes wide, pixel vectors on 16 lanes
+        dict(c_in=16, c_out=16, size=8, kernel=1, group=4),
     ],
     ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "pointwise_batch_norm",
-         "narrow_groups_pointwise", "narrow_groups"],
+         "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups"],
 )
 def test_conv(args, backend):
     from xcomp.schedules.cpu.conv import ConvTemplate
@@ -269,7 +272,10 @@ def test_conv(args, backend):
     (group,) = _groups(module, "conv")
     template = ConvTemplate(group.func, backend.spec)
     depthwise = args.get("group", 1) == args["c_in"] == args["c_out"]
-    narrow = not depthwise and args["c_out"] // args.get("group", 1) % 4 != 0
+    # channel vectors narrower than half the SIMD width (and than 4) are not worth packing a grouped conv for
+    groups = args.get("group", 1)
+    minimum = max(4, backend.spec.simd_width // 2) if groups > 1 else 4
+    narrow = not depthwise and math.gcd(args["c_out"] // groups, backend.spec.simd_width) < minimum
     assert (template.lanes == 0) == narrow, template.lanes
     if narrow:
         assert template.fused_pixels == (args["kernel"] == 1)
