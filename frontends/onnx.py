@@ -22,7 +22,8 @@ from collections import Counter
 
 import numpy as np
 
-from xcomp.errors import InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError, describe
+from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError,
+                          describe)
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
 # pytorch-* test sets are opset 6), and opset 22 changed no semantics (it widened type constraints).
@@ -222,13 +223,11 @@ def _static_shapes(proto) -> dict:
     return shapes
 
 
-def index_ranges(proto, inputs) -> dict:
-    """{input name: (low, high, node)} for each of `inputs` (the graph's TensorSpecs) used directly as the
-    indices of a Gather over a static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others;
-    our compiled code would read out of bounds)."""
+def _host_checked_gathers(proto, inputs):
+    """(node, axis size, axis) for each Gather whose indices are directly one of `inputs` (the graph's
+    TensorSpecs) and whose axis is static: the module checks those indices before running."""
     inputs = {spec.name for spec in inputs}
     shapes = _static_shapes(proto)
-    ranges = {}
     for node in proto.graph.node:
         if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in inputs:
             continue
@@ -236,7 +235,15 @@ def index_ranges(proto, inputs) -> dict:
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         if shape is None or not -len(shape) <= axis < len(shape):
             continue
-        size = shape[axis]
+        yield node, shape[axis], axis
+
+
+def index_ranges(proto, inputs) -> dict:
+    """{input name: (low, high, node)} for each of `inputs` (the graph's TensorSpecs) used directly as the
+    indices of a Gather over a static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others;
+    our compiled code would read out of bounds)."""
+    ranges = {}
+    for node, size, axis in _host_checked_gathers(proto, inputs):
         low, high, _ = ranges.get(node.input[1], (-size, size - 1, None))
         ranges[node.input[1]] = (max(low, -size), min(high, size - 1),
                                  f"Gather node {node.name or node.output[0]!r} ({size} entries on axis {axis})")
@@ -414,12 +421,21 @@ def _rewrite_sum_to_add(graph):
 def _importer_class():
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-    from xcomp.frontends.converters import CONVERTERS
+    from xcomp.frontends.converters import CONVERTERS, NodeContext
 
     class NamingImporter(ONNXGraphImporter):
-        """The stock importer, but our converters (frontends/converters.py) come first, a converter failure
-        names the node and op, and input names become C identifiers (they end up as kernel parameter names:
-        `gpu_0/data_0` breaks CUDA code)."""
+        """The stock importer, but our converters (frontends/converters.py) come first, with a NodeContext, a
+        converter failure names the node and op, and input names become C identifiers (they end up as kernel
+        parameter names: `gpu_0/data_0` breaks CUDA code). `host_checked`: the first outputs of the Gather nodes
+        whose indices the module checks before running. The run-time checks converters ask for collect in
+        `runtime_checks` ([(condition var, [format arg vars], message)]); with_runtime_checks adds them to main."""
+
+        def __init__(self, *args, host_checked=frozenset(), **kwargs):
+            super().__init__(*args, **kwargs)
+            self._host_checked = frozenset(host_checked)
+            self._node = None  # the top-level node being converted
+            self._branch_depth = 0  # > 0 while converting an If branch
+            self.runtime_checks = []
 
         def _sanitize_name(self, name):
             return super()._sanitize_name(re.sub(r"[^0-9A-Za-z_]", "_", name) if name else name)
@@ -427,10 +443,40 @@ def _importer_class():
         def _check_for_unsupported_ops(self, graph):
             """Done already: load_onnx's unsupported_nodes() counts CONVERTERS too, over every subgraph."""
 
+        def _parse_value_proto(self, value_proto):
+            # _construct_nodes names each top-level node through here just before converting it
+            if isinstance(value_proto, _onnx().NodeProto):
+                self._node = value_proto
+            return super()._parse_value_proto(value_proto)
+
+        def _convert_subgraph(self, bb, graph):
+            self._branch_depth += 1
+            try:
+                return super()._convert_subgraph(bb, graph)
+            finally:
+                self._branch_depth -= 1
+
+        def _runtime_check(self, condition, format_args, message):
+            """Bind the condition and format args where main can see them after the graph's dataflow block."""
+            emit = self.bb.emit_output if self.bb.current_block_is_dataflow() else self.bb.emit
+            condition, *format_args = [emit(expr) for expr in [condition, *format_args]]
+            self.runtime_checks.append((condition, format_args, message))
+
+        def _context(self, attrs):
+            node = self._node
+            if self._branch_depth or node is None or node.name != attrs.get("tvm_custom", {}).get("name"):
+                return None
+            return NodeContext(node=node, label=node.name or (node.output[0] if node.output else "<unnamed>"),
+                               runtime_check=self._runtime_check,
+                               indices_checked_on_host=bool(node.output) and node.output[0] in self._host_checked)
+
         def _convert_operator(self, op_name, inputs, attrs, opset):
             try:
                 stock = super()._convert_operator
                 if op_name in CONVERTERS:
+                    context = self._context(attrs)
+                    if context is not None:
+                        attrs["tvm_custom"]["xcomp"] = context
                     return self.bb.normalize(CONVERTERS[op_name](
                         self.bb, inputs, attrs, opset,
                         lambda new_inputs=None: stock(op_name, type(inputs)(new_inputs or inputs), attrs, opset)))
@@ -445,6 +491,25 @@ def _importer_class():
                 raise error from None
 
     return NamingImporter
+
+
+def with_runtime_checks(mod, checks):
+    """`mod` with an assert for each (condition, format args, message) appended to main, after its dataflow
+    block (impure ops cannot sit inside one): main then raises (an AssertionError whose message starts with
+    RUNTIME_CHECK_TAG; Module turns it into InputError) when a condition is false. main becomes impure."""
+    from tvm import relax
+
+    if not checks:
+        return mod
+    func = mod["main"]
+    builder = relax.BlockBuilder()
+    bindings = []
+    for condition, format_args, message in checks:
+        call = builder.normalize(relax.op.assert_op(condition, format_args, RUNTIME_CHECK_TAG + message))
+        bindings.append(relax.VarBinding(relax.Var("index_check", call.ty), call))
+    body = relax.SeqExpr([*func.body.blocks, relax.BindingBlock(bindings)], func.body.body)
+    mod["main"] = relax.Function(func.params, body, func.ret_ty, is_pure=False, attrs=func.attrs)
+    return mod
 
 
 def _output_specs(mod, proto) -> list:
@@ -476,12 +541,14 @@ def _bind_and_infer(proto, input_shapes, label):
 
 def _import(proto, opset, inputs, label):
     """The Relax IRModule of a bound, inferred model; symbolic input dims become tir.Vars."""
-    importer = _importer_class()(_relax_shapes(inputs), {s.name: s.dtype for s in inputs}, keep_params_in_input=False)
+    host_checked = {node.output[0] for node, _, _ in _host_checked_gathers(proto, inputs)}
+    importer = _importer_class()(_relax_shapes(inputs), {s.name: s.dtype for s in inputs}, keep_params_in_input=False,
+                                 host_checked=host_checked)
     # The stock importer prints and warns as it goes; keep the user's terminal clean.
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         try:
-            return importer.from_onnx(proto.graph, opset)
+            return with_runtime_checks(importer.from_onnx(proto.graph, opset), importer.runtime_checks)
         except (UserError, MemoryError):
             raise
         except Exception as err:

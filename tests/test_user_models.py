@@ -7,8 +7,8 @@ quite different graphs for the same model. Every model has symbolic batch (and s
 with input_shapes.
 
 Below the corpus: the recurrent-op variants torch never writes (sequence_lens, clip, input_forget, peepholes,
-linear_before_reset=0, other activations, layout=1), memory-safe Gather on runtime indices, and the error path
-of our converters.
+linear_before_reset=0, other activations, layout=1), memory-safe Gather on runtime indices with its range checks,
+and the error path of our converters.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import glob
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -213,18 +212,26 @@ def test_recurrent_converter_failure_names_the_node():
 # -- Gather on runtime indices ---------------------------------------------------------------------------------
 
 
-def _embedding_model(vocab=10, dim=4, computed=False):
+def _embedding_model(vocab=10, dim=4, computed=False, dtype=TensorProto.INT64, name="lookup"):
     """ids -> Gather into a [vocab, dim] table; `computed`: the indices are ids + 0, computed in the graph, so
     no input check can see them before the kernel does."""
     table = numpy_helper.from_array(np.arange(vocab * dim, dtype=np.float32).reshape(vocab, dim), "table")
     nodes, inits, indices = [], [table], "ids"
     if computed:
-        inits.append(numpy_helper.from_array(np.zeros((), np.int64), "zero"))
+        zero = np.zeros((), helper.tensor_dtype_to_np_dtype(dtype))
+        inits.append(numpy_helper.from_array(zero, "zero"))
         nodes.append(helper.make_node("Add", ["ids", "zero"], ["ids0"]))
         indices = "ids0"
-    nodes.append(helper.make_node("Gather", ["table", indices], ["emb"], name="lookup"))
-    return make_model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+    nodes.append(helper.make_node("Gather", ["table", indices], ["emb"], name=name))
+    return make_model(nodes, [helper.make_tensor_value_info("ids", dtype, [2, 3])],
                       [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [2, 3, dim])], inits)
+
+
+def _run_checks(model):
+    """The run-time checks (assert ops) the imported main makes."""
+    from xcomp.frontends import load_onnx
+
+    return str(load_onnx(model).mod["main"]).count("R.assert_op(")
 
 
 def test_gather_with_runtime_indices_in_range_and_negative():
@@ -248,31 +255,96 @@ def test_out_of_range_index_input_is_refused_naming_the_gather(bad, tmp_path):
         xcomp.load(tmp_path / "emb.xc")(ids)
 
 
-def test_computed_out_of_range_index_gives_nan_rows_not_garbage():
-    """Indices computed in the graph reach the kernel unchecked; TVM's "fast" take would read past the table.
-    Ours yields NaN rows there and the exact rows everywhere else."""
-    ids = np.array([[1, 10, 2], [-11, 3, 1000]], np.int64)
-    got = xcomp.compile(_embedding_model(computed=True)).run({"ids": ids})["emb"]
-    bad = np.array([[False, True, False], [True, False, True]])
-    assert np.isnan(got[bad]).all()
-    table = np.arange(40, dtype=np.float32).reshape(10, 4)
-    np.testing.assert_array_equal(got[~bad], table[ids[~bad]])
+@pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.INT32])
+def test_gather_with_computed_indices_in_range_and_negative_matches_onnxruntime(dtype):
+    """Indices computed in the graph are checked as the module runs; every in-range one, negative ones included
+    (ONNX allows -vocab..vocab-1), gives onnxruntime's exact rows."""
+    model = _embedding_model(computed=True, dtype=dtype)
+    ids = np.array([[0, 9, -1], [-10, 4, -5]], helper.tensor_dtype_to_np_dtype(dtype))
+    module = xcomp.compile(model)
+    np.testing.assert_array_equal(module.run({"ids": ids})["emb"], ort_run(model, {"ids": ids})[0])
+    np.testing.assert_array_equal(module(ids), ort_run(model, {"ids": ids})[0])
 
 
-def test_gather_far_out_of_range_computed_index_does_not_crash(tmp_path):
-    """An index of 2^40 made TVM's take read (and segfault) far outside the table; run it in a child process so a
-    crash shows up as a failure here, not as a dead test session."""
+@pytest.mark.parametrize("ids, low, high", [([[1, 10, 2], [-11, 3, 1000]], -11, 1000),
+                                            ([[1, 2, 2], [3, 3, 10]], 1, 10),
+                                            ([[1, 2**40, 2], [-2**40, 3, 4]], -2**40, 2**40)])
+def test_computed_out_of_range_index_is_refused_naming_the_gather(ids, low, high, tmp_path):
+    """onnxruntime raises for an index outside [-vocab, vocab); so does the module for indices computed in the
+    graph, which no input check can see: the Gather takes them memory-safely (NaN rows; 2^40 made TVM's "fast"
+    take read far outside the table), then a check after the graph raises, from run() and a call, and after a
+    save/load round trip too."""
+    model = _embedding_model(computed=True, name="emb_lookup")
+    module = xcomp.compile(model)
+    ids = np.array(ids, np.int64)
+    message = (r"^Gather node 'emb_lookup': index out of range for axis 0 of size 10: indices must lie in "
+               rf"\[-10, 9\], got values from {low} to {high}$")
+    with pytest.raises(xcomp.InputError, match=message):
+        module.run({"ids": ids})
+    with pytest.raises(xcomp.InputError, match=message):
+        module(ids)
+    with pytest.raises(xcomp.InputError, match=message):
+        module.benchmark({"ids": ids}, warmup=0, repeat=1)
+    module.save(tmp_path / "emb.xc")
+    with pytest.raises(xcomp.InputError, match=message):
+        xcomp.load(tmp_path / "emb.xc")(ids)
+    good = np.array([[0, 9, -1], [-10, 4, 5]], np.int64)  # the module still runs after a refusal
+    np.testing.assert_array_equal(module(good), ort_run(model, {"ids": good})[0])
+
+
+def test_cli_run_refuses_a_computed_out_of_range_index_in_one_line(tmp_path):
+    """`xcomp run` prints the check's message as one line and exits 1, no traceback; in a child process, so a
+    crash (an out-of-bounds read) shows up as a failure here, not as a dead test session."""
     path = tmp_path / "emb.onnx"
-    path.write_bytes(_embedding_model(computed=True).SerializeToString())
-    code = textwrap.dedent(f"""
-        import numpy as np, xcomp
-        m = xcomp.compile({str(path)!r})
-        out = m.run({{"ids": np.array([[1, 2**40, 2], [-2**40, 3, 4]], np.int64)}})["emb"]
-        print("nan rows:", int(np.isnan(out).any(axis=-1).sum()))
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "nan rows: 2" in proc.stdout
+    path.write_bytes(_embedding_model(computed=True, name="emb_lookup").SerializeToString())
+    np.save(tmp_path / "ids.npy", np.array([[1, 2**40, 2], [-2**40, 3, 4]], np.int64))
+    proc = subprocess.run([sys.executable, "-m", "xcomp", "run", str(path), "--input", f"ids={tmp_path / 'ids.npy'}",
+                           "--quiet"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "error: Gather node 'emb_lookup': index out of range for axis 0 of size 10" in proc.stderr
+
+
+def test_gather_over_a_symbolic_axis_checks_computed_indices_against_its_size():
+    """The axis size known only as the module runs: the check compares with it, and names it."""
+    model = make_model(
+        [helper.make_node("Add", ["ids", "zero"], ["ids0"]), helper.make_node("Gather", ["x", "ids0"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        [numpy_helper.from_array(np.zeros((), np.int64), "zero")])
+    module = xcomp.compile(model)
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    ids = np.array([4, -5, 0], np.int64)
+    np.testing.assert_array_equal(module(x, ids), ort_run(model, {"x": x, "ids": ids})[0])
+    with pytest.raises(xcomp.InputError, match=r"^Gather node 'y': index out of range for axis 0 of size 5: "
+                                               r"indices must lie in \[-size, size - 1\], got values from -5 to 5$"):
+        module(x, np.array([5, -5, 0], np.int64))
+
+
+def test_runtime_index_checks_only_where_no_other_check_sees_the_indices():
+    """A check (and its kernels) only for computed indices: none for a graph input (checked before running),
+    constant indices (checked as the model imports, over computed data too), or a model without Gather."""
+    assert _run_checks(_embedding_model(computed=True)) == 1
+    assert _run_checks(_embedding_model()) == 0
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "table")
+    index = numpy_helper.from_array(np.array([1, -1], np.int64), "i")
+    nodes = [helper.make_node("Add", ["x", "table"], ["s"]), helper.make_node("Gather", ["s", "i"], ["y"])]
+    constant = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [table, index])
+    assert _run_checks(constant) == 0
+    model = xcomp.compile(constant)
+    x = np.ones((10, 4), np.float32)
+    np.testing.assert_array_equal(model(x), ort_run(constant, {"x": x})[0])
+    bad = numpy_helper.from_array(np.array([1, -11], np.int64), "i")
+    with pytest.raises(xcomp.UnsupportedOpError, match=r"Gather.*constant index -11 is out of range for axis 0 of "
+                                                       r"size 10: indices must lie in \[-10, 9\]"):
+        xcomp.compile(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 4])],
+                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [table, bad]))
+    no_gather = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    assert _run_checks(no_gather) == 0
 
 
 # -- PRelu ------------------------------------------------------------------------------------------------------

@@ -4,6 +4,11 @@ The CLI prints `str(err)` as one line and exits 1 for a `UserError`, 2 for an `I
 """
 
 
+# Starts the message of every check a compiled module makes at run time (frontends/onnx.py with_runtime_checks):
+# Module turns the error TVM raises with it into an InputError with the rest of the message.
+RUNTIME_CHECK_TAG = "xcomp run-time check: "
+
+
 class XcompError(Exception):
     """Base of every error xcomp raises on purpose."""
 
@@ -31,7 +36,8 @@ class UnsupportedOpError(UserError):
 
 
 class InputError(UserError):
-    """A runtime input has the wrong name, shape or dtype."""
+    """A runtime input has the wrong name, shape or dtype, or a value the model cannot take (an index out of
+    range)."""
 
 
 class TargetError(UserError):

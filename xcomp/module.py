@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import zipfile
 
 import numpy as np
 
-from xcomp.errors import ArtifactError, InputError, UserError, describe
+from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
 from xcomp.signature import concrete_shape, dim_sizes
 
@@ -103,7 +104,8 @@ class Module:
 
         vm = self._machine()
         dev = self._backend.device()
-        result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
+        with runtime_checks_as_input_errors():
+            result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
         outs = list(result) if not hasattr(result, "numpy") else [result]
         return [o.numpy() for o in outs]
 
@@ -142,15 +144,16 @@ class Module:
         arrays = self._bind((), dict(inputs if inputs is not None else self.random_inputs()))
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         fn = vm["main"]
-        for _ in range(warmup):
-            fn(*args)
-        dev.sync()
         samples = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn(*args)
+        with runtime_checks_as_input_errors():
+            for _ in range(warmup):
+                fn(*args)
             dev.sync()
-            samples.append((time.perf_counter() - t) * 1e3)
+            for _ in range(repeat):
+                t = time.perf_counter()
+                fn(*args)
+                dev.sync()
+                samples.append((time.perf_counter() - t) * 1e3)
         return latency_stats(samples)
 
     def emit_sources(self, out_dir) -> list:
@@ -197,6 +200,20 @@ class Module:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return path
+
+
+@contextlib.contextmanager
+def runtime_checks_as_input_errors():
+    """Around calls of a compiled main: a run-time check it fails (an index computed in the graph out of range;
+    frontends/onnx.py with_runtime_checks) becomes an InputError with the check's message."""
+    try:
+        yield
+    except Exception as err:
+        text = str(err)
+        if RUNTIME_CHECK_TAG not in text:
+            raise
+        message = text[text.index(RUNTIME_CHECK_TAG) + len(RUNTIME_CHECK_TAG):].splitlines()[0].strip()
+        raise InputError(message) from None
 
 
 def latency_stats(samples_ms) -> dict:

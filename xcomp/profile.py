@@ -41,9 +41,12 @@ def in_model_times(module, runs: int = 10) -> dict:
     import tvm
     from tvm import relax
 
+    from xcomp.module import runtime_checks_as_input_errors
+
     vm = relax.VirtualMachine(module._executable, module.backend.device())
     args = [tvm.runtime.tensor(a, module.backend.device()) for a in module.random_inputs(0).values()]
-    vm["main"](*args)  # warm-up, uninstrumented
+    with runtime_checks_as_input_errors():
+        vm["main"](*args)  # warm-up, uninstrumented
     started, times = {}, {}
 
     def instrument(func, name, before, ret, *call_args):  # noqa: ARG001 (TVM's instrument signature)
@@ -54,8 +57,9 @@ def in_model_times(module, runs: int = 10) -> dict:
             times.setdefault(name, []).append((now - started[name]) * 1e3)
 
     vm.set_instrument(instrument)
-    for _ in range(runs):
-        vm["main"](*args)
+    with runtime_checks_as_input_errors():
+        for _ in range(runs):
+            vm["main"](*args)
     return times
 
 
