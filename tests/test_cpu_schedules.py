@@ -54,15 +54,15 @@ def _configs(template, samples: int, enumerated: int) -> list:
     return unique
 
 
-def check_configs(func, template, backend, samples=8, enumerated=4):
-    """Each config applies and matches the unscheduled func on random data."""
+def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
+    """Each config (and each of `extra`) applies and matches the unscheduled func on random data."""
     from tvm import s_tir
 
     from xcomp.autotune.measure import func_params, random_args
 
     arrays = random_args(func_params(func), seed=0)
     reference = _run(func, arrays, backend)
-    configs = _configs(template, samples, enumerated)
+    configs = _configs(template, samples, enumerated) + list(extra)
     for knobs in configs:
         assert template.valid(knobs), knobs
         sch = s_tir.Schedule(func)
@@ -255,6 +255,7 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         dict(c_in=16, c_out=32, size=8, kernel=3, pad=1, group=2),
         dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
         dict(c_in=24, c_out=24, size=10, kernel=3, stride=2, pad=1, group=24),
+        dict(c_in=16, c_out=16, size=32, kernel=3, pad=1, group=16),
         dict(c_in=4, c_out=32, size=7, kernel=1, batch_norm=True),
         # 6 channels per group cannot fill a vector: weights stay OIHW, pixels are vectorized instead
         dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
@@ -262,7 +263,7 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         # 4 channels per group: a 4-lane channel vector where SIMD is 4 or 8 lanes wide, pixel vectors on 16 lanes
         dict(c_in=16, c_out=16, size=8, kernel=1, group=4),
     ],
-    ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "pointwise_batch_norm",
+    ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "depthwise_wide", "pointwise_batch_norm",
          "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups"],
 )
 def test_conv(args, backend):
@@ -279,9 +280,17 @@ def test_conv(args, backend):
     assert (template.lanes == 0) == narrow, template.lanes
     if narrow:
         assert template.fused_pixels == (args["kernel"] == 1)
+    extra = []
     if depthwise:  # the input is copied into channel vectors first
-        assert template.pad_name == "data_pack"
-    check_configs(group.func, template, backend, samples=6, enumerated=3)
+        assert template.pad_name == "data_pack" and template.depthwise
+        # both tiles: channel vectors, and pixel vectors along rows of the copy made NCHW again (the default at
+        # stride 1 when a row holds a whole SIMD vector)
+        wide = args.get("stride", 1) == 1 and args["size"] >= backend.spec.simd_width
+        assert template.default_knobs()["vectorize"] == ("columns" if wide else "channels")
+        columns = [k for k in template.enumerate() if k["vectorize"] == "columns"]
+        assert columns and all(k["ow_block"] == 1 for k in columns)
+        extra = random.Random(0).sample(columns, 4)
+    check_configs(group.func, template, backend, samples=6, enumerated=3, extra=extra)
 
 
 # -- the generic template ------------------------------------------------------------------------------------
