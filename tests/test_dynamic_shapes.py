@@ -23,6 +23,11 @@ def attention_module():
 
 
 def test_mlp_serves_every_batch():
+    from tvm import s_tir
+
+    from xcomp.schedules import get_template
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
     model = mlp("batch")
     module = xcomp.compile(model)
     assert [(s.name, s.shape) for s in module.inputs] == [("x", ("batch", 64))]
@@ -30,6 +35,14 @@ def test_mlp_serves_every_batch():
     assert all(g.symbols == ("batch",) for g in module.groups)
     for batch in (1, 3, 8):
         assert_matches_ort(module, model, random_feed({"x": (batch, 64)}, seed=batch))
+    # a symbolic M keeps the register-tiled matmul template: one row per tile (no predicate for any M), rows
+    # outermost (a row index `fused % M` kept the accumulator tile from shrinking to registers)
+    for group in module.groups:
+        template = get_template(group.func, module.spec)
+        assert isinstance(template, MatmulTemplate)
+        knobs = template.default_knobs()
+        assert knobs["mr"] == 1 and knobs["order"] == "m_outer" and template.knob_space()["mr"] == [1]
+        template.apply(s_tir.Schedule(group.func), knobs)  # no silent fallback
 
 
 def test_cnn_serves_every_batch():

@@ -14,10 +14,10 @@ _TEMPLATES = {"conv": ConvTemplate, "matmul": MatmulTemplate}
 
 def get_template(func, spec) -> CpuTemplate:
     """The template for a fused PrimFunc; the generic one when the specialised template cannot read it, or when
-    a shape is symbolic (the matmul template sizes its tiles from static extents; the conv template takes a
-    symbolic batch)."""
+    a shape is symbolic where the template needs it static (the conv template takes a symbolic batch, the matmul
+    template a symbolic M and batch; each raises for the rest)."""
     kind = classify(func)
-    template = _TEMPLATES.get(kind) if kind == "conv" or not symbolic_vars(func) else None
+    template = _TEMPLATES.get(kind) if kind in ("conv", "matmul") or not symbolic_vars(func) else None
     if template is not None:
         try:
             return template(func, spec)

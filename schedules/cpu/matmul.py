@@ -9,6 +9,7 @@ stay in registers. B comes in one of three layouts:
   packed layout first, since a vector over N would be a strided gather.
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
+A symbolic M (a batch kept symbolic) runs that schedule too, one row per tile, so any M needs no predicate.
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ class MatmulTemplate(CpuTemplate):
         super().__init__(func, spec)
         sch = s_tir.Schedule(func)
         inline_injective(sch)  # read the operands as apply() sees them: a transpose feeding B is folded in
-        main = main_reduction(root_blocks(sch))
+        main = main_reduction(root_blocks(sch, symbolic=True))
         kinds = main.iter_kinds
         if len(kinds) < 3 or main.reduce_axes != [len(kinds) - 1]:
             raise ValueError("matmul template expects (batch..., m, n, k) iteration")
         if str(main.write_buffer().dtype) != "float32":
             raise ValueError("matmul template schedules float32 only")
         self.name = main.name
-        *_, self.m, self.n, self.k = main.extents
+        *_, self.m, self.n, self.k = main.extents  # m None: symbolic
+        if self.n is None or self.k is None:
+            raise ValueError("matmul template needs static N and K")
         ivars = [iv.var for iv in main.block.iter_vars]
         i, j, k = ivars[-3:]
         a_load, b_load = self._operands(mac_operands(main.block), i, j)
@@ -87,7 +90,7 @@ class MatmulTemplate(CpuTemplate):
     # -- knobs ---------------------------------------------------------------------------------------------
 
     def _mr_choices(self):
-        return [mr for mr in MR_CHOICES if mr <= self.m]
+        return [mr for mr in MR_CHOICES if mr <= (self.m or 1)]
 
     def _nr_choices(self):
         return [nr for nr in NR_CHOICES if (self.n // self.lanes) % nr == 0] or [1]
@@ -96,7 +99,7 @@ class MatmulTemplate(CpuTemplate):
         space = {
             "mr": self._mr_choices(),
             "nr": self._nr_choices(),
-            "order": ["n_outer", "m_outer"] if self.m > 1 else ["n_outer"],
+            "order": ["n_outer", "m_outer"] if (self.m or 2) > 1 else ["n_outer"],
             "unroll_k": [u for u in (1, 2, 4, 8) if self.k % u == 0],
         }
         if self.layout == "nn":
@@ -110,12 +113,13 @@ class MatmulTemplate(CpuTemplate):
 
     def default_knobs(self):
         l2 = self.spec.cache_bytes[1] if self.spec.cache_bytes else 0
+        m = self.m or 1  # a symbolic M: serve its smallest size best
 
         def cost(tile):
             mr, nr = tile
             # the tile's column panel of B (K x nr vectors) is re-read for every row tile: keep it in L2
             panel_fits = not l2 or self.k * nr * self.lanes * 4 <= l2 * 3 // 4
-            rows_used = self.m / (-(-self.m // mr) * mr)  # the last row tile may be partly empty
+            rows_used = m / (-(-m // mr) * mr)  # the last row tile may be partly empty
             # then most accumulators (FMAs per k step), then fewest loads per k step, a vector of B (streamed
             # from L2) counting as two broadcasts of A (from L1), then most rows
             return (panel_fits, mr * nr * rows_used, -(mr + 2 * nr), mr)
@@ -123,14 +127,16 @@ class MatmulTemplate(CpuTemplate):
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if self.m < 4:  # a GEMV: memory-bound; several weight panels per core keep the cores busy to the end
+        if m < 4:  # a GEMV: memory-bound; several weight panels per core keep the cores busy to the end
             panels_per_core = (self.n // self.lanes) // self.spec.cores
             nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
                      and self.valid({"mr": mr, "nr": n}))
-        knobs = {"mr": mr, "nr": nr, "order": "n_outer", "unroll_k": 1}
+        # a symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`, and the
+        # accumulator tile, not compacted through a symbolic modulo, became an M x N buffer allocated per task
+        knobs = {"mr": mr, "nr": nr, "order": "n_outer" if self.m else "m_outer", "unroll_k": 1}
         if self.layout == "nn":
             # the copy costs K * N loads, like N * K / (M / mr) tile steps: worth it once B is reused enough
-            knobs["pack_b"] = self.m >= 4 * mr
+            knobs["pack_b"] = m >= 4 * mr
         return knobs
 
     # -- schedule ------------------------------------------------------------------------------------------
@@ -170,7 +176,7 @@ class MatmulTemplate(CpuTemplate):
         parallelize(sch, outer, self.spec.cores)
         # the rest (the B copy, a constant fill a dropout left behind): the generic spatial schedule
         done = {self.name, sch.get(epilogue).name_hint}
-        for info in root_blocks(sch):
+        for info in root_blocks(sch, symbolic=True):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
         sch.decompose_reduction(mm, inner[0])
