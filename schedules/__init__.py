@@ -4,9 +4,10 @@ Entry points used by the pipeline and the tuner:
 - `legalize_map(spec)`: our lowering of heavy ops (e.g. conv2d / matmul with constant weights pre-packed into a
   vector-friendly layout), passed to relax's LegalizeOps.
 - `classify(func)`: the group kind of a fused PrimFunc.
-- `symbolic_vars(func)`: the symbolic dims in its shapes (such a func gets a generic schedule and is not tuned).
-- `get_template(func, spec)`: the Template that schedules it.
-- `schedule_func(func, spec, knobs=None)`: the scheduled PrimFunc (template default when knobs is None).
+- `symbolic_vars(func)`: the symbolic dims in its shapes (such a func is not tuned; templates that can tile it
+  around its symbolic dims still schedule it).
+- `get_template(func, spec)`: the Template that schedules it (`template.schedule(knobs)` raises for a config it
+  cannot apply; xcomp.pipeline.schedule_group owns the fallbacks).
 """
 
 from __future__ import annotations
@@ -44,8 +45,4 @@ def get_template(func, spec) -> Template:
     return _family(spec).get_template(func, spec)
 
 
-def schedule_func(func, spec, knobs: Knobs | None = None):
-    return get_template(func, spec).schedule(knobs)
-
-
-__all__ = ["Knobs", "Template", "legalize_map", "classify", "symbolic_vars", "get_template", "schedule_func"]
+__all__ = ["Knobs", "Template", "legalize_map", "classify", "symbolic_vars", "get_template"]

@@ -76,8 +76,13 @@ class Template(abc.ABC):
                 if limit is not None and count >= limit:
                     return
 
+    def fallback_schedule(self):
+        """A safe scheduled PrimFunc for when this template's configs fail to apply, or None (no such thing)."""
+        return None
+
     def schedule(self, knobs: Knobs | None = None):
-        """Return the scheduled PrimFunc for `knobs` (default config when None)."""
+        """Return the scheduled PrimFunc for `knobs` (default config when None); raises when the config does
+        not apply, so a candidate is never silently measured as another config."""
         from tvm import s_tir
 
         sch = s_tir.Schedule(self.func)

@@ -162,8 +162,8 @@ def test_pretrain_from_a_database(tmp_path):
 
 
 def test_records_of_an_older_template_version_teach_nothing(tmp_path):
-    """A record whose knobs the template no longer has would be scheduled as the default program (CPU templates
-    fall back quietly) and label it with another program's latency: training skips it."""
+    """A record whose knobs the template no longer has may still apply (extra knobs are ignored) and label one
+    program with another program's latency: training skips it."""
     from xcomp.autotune.pretrain import training_set
 
     tuner, (task,) = _tune_gemm_with_fakes(tmp_path, guided=False)
@@ -225,3 +225,39 @@ def test_a_lucky_first_measurement_does_not_pick_the_config(tmp_path):
     (chosen,) = best_knobs_from_db(tmp_path / "t.sqlite", [task.group], backend.target_string,
                                    backend.spec.fingerprint()).values()
     assert chosen == task.best_knobs
+
+
+def test_a_config_that_does_not_apply_is_a_failure_not_the_default(tmp_path, monkeypatch):
+    """A candidate whose config the template cannot apply fails its build (it used to be built, measured and
+    recorded as the default program under the candidate's knobs); a database config that does not apply falls
+    back to the default at compile time, and the schedule's source says so."""
+    import tvm
+
+    from xcomp.autotune.measure import build_candidate
+    from xcomp.autotune.tuner import model_tasks
+    from xcomp.backends import get_backend
+    from xcomp.pipeline import schedule_group
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    backend = get_backend("cpu")
+    (task,), _ = model_tasks(_gemm_model(), backend, None)
+    default = task.template.default_knobs()
+    broken = {**default, "nr": next(n for n in task.template.knob_space()["nr"] if n != default["nr"])}
+    assert task.template.valid(broken)
+    apply = MatmulTemplate.apply
+
+    def apply_unless_broken(self, sch, knobs):
+        if knobs == broken:
+            raise ValueError("this config does not apply")
+        return apply(self, sch, knobs)
+
+    monkeypatch.setattr(MatmulTemplate, "apply", apply_unless_broken)
+    result = build_candidate(tvm.ir.save_json(task.group.func), "cpu", broken, str(tmp_path))
+    assert result.artifact is None and "does not apply" in result.error
+    assert build_candidate(tvm.ir.save_json(task.group.func), "cpu", default, str(tmp_path)).artifact
+
+    _, choice = schedule_group(task.group, backend.spec, broken)
+    assert choice.knobs is None and choice.source.startswith("default (database failed:")
+    assert "does not apply" in choice.source
+    _, choice = schedule_group(task.group, backend.spec, default)
+    assert choice.source == "database" and choice.knobs == default

@@ -29,20 +29,35 @@ def _lowering_passes(spec):
 
 
 def schedule_group(group, spec, knobs):
-    """Scheduled PrimFunc for a group; a failing config falls back to the default, then to the plain func."""
+    """Scheduled PrimFunc for a group and where its schedule came from: the database's config, else the
+    template default, else the template's safe fallback (CPU: the generic schedule), else (CPU) the plain func.
+    Each step down says why in the source, e.g. "default (database failed: ...)"."""
     from xcomp import schedules
 
+    reasons = []
+
+    def labelled(source):
+        return source if not reasons else f"{source} ({reasons[-1]})"
+
+    try:
+        template = schedules.get_template(group.func, spec)
+    except XcompError:
+        raise
+    except Exception as err:
+        template = None
+        reasons.append(f"no template: {describe(err)}")
     attempts = [(knobs, "database")] if knobs is not None else []
     attempts.append((None, "default"))
-    reasons = []
-    for attempt_knobs, source in attempts:
+    for attempt_knobs, source in attempts if template is not None else []:
         try:
-            func = schedules.schedule_func(group.func, spec, attempt_knobs)
-            return func, ScheduleChoice(attempt_knobs, source if not reasons else f"{source} ({reasons[-1]})")
+            return template.schedule(attempt_knobs), ScheduleChoice(attempt_knobs, labelled(source))
         except XcompError:
             raise
-        except Exception as err:  # a template that cannot handle this func: try the next, safer option
+        except Exception as err:  # a config the template cannot apply to this func: try the next, safer option
             reasons.append(f"{source} failed: {describe(err)}")
+    fallback = template.fallback_schedule() if template is not None else None
+    if fallback is not None:
+        return fallback, ScheduleChoice(None, labelled("generic"))
     if spec.is_gpu:  # GPU code must be thread-bound: an unscheduled func cannot build
         raise InternalError(f"no schedule for group {group.name} ({group.kind}): {'; '.join(reasons)}")
     return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")

@@ -40,28 +40,20 @@ def least_iterations(sch, loops) -> int:
 
 
 class CpuTemplate(Template):
-    """A template whose `schedule` never raises: a failing config falls back to the default config, then to
-    the generic schedule, then to the unscheduled func (compile must not fail because of a schedule)."""
+    """A CPU template. Where its own configs fail, the generic schedule is the safe fallback (the pipeline's
+    chain: the database's config, the default, this, the unscheduled func; compile must not fail because of a
+    schedule)."""
 
-    def schedule(self, knobs: Knobs | None = None):
+    def fallback_schedule(self):
         from tvm import s_tir
 
-        attempts = [knobs] if knobs is not None else []
-        attempts.append(self.default_knobs())
-        for attempt in attempts:
-            sch = s_tir.Schedule(self.func)
-            try:
-                self.apply(sch, attempt)
-                return sch.mod["main"]
-            except Exception as err:  # the template's assumptions do not hold for this func
-                log.debug("%s %s failed: %s", type(self).__name__, attempt, err)
         sch = s_tir.Schedule(self.func)
         try:
             generic_schedule(sch, self.spec, GENERIC_DEFAULTS)
             return sch.mod["main"]
-        except Exception as err:
+        except Exception as err:  # the generic schedule's assumptions do not hold either
             log.debug("generic schedule failed: %s", err)
-        return self.func
+            return None
 
 
 # -- inlining ----------------------------------------------------------------------------------------------

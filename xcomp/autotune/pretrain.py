@@ -37,7 +37,11 @@ def training_set(models, db_paths, target="cpu"):
             task = tasks.get(record.workload_key)
             if task is None or not task.template.in_space(record.knobs):
                 continue
-            rows.append(features.vector(task.template.schedule(record.knobs), record.knobs, task.group.kind))
+            try:
+                scheduled = task.template.schedule(record.knobs)
+            except Exception:  # a config the template no longer applies: no program to learn from
+                continue
+            rows.append(features.vector(scheduled, record.knobs, task.group.kind))
             latencies.append(record.median_ms if record.ok else np.inf)
             groups.append(record.workload_key)
     if not rows:
