@@ -60,6 +60,7 @@ def test_convs_with_whole_channel_vectors_run_blocked_and_match_onnxruntime():
     # every conv writes channel vectors; the RGB stem (3 input channels) reads NCHW, the others vectors
     assert [_output_dims(g) for g in convs] == [5] * 4, [g.signature for g in convs]
     assert sorted(g.signature.startswith("1x3x12x12xf32") for g in convs) == [False, False, False, True]
+    assert module.info["notes"] == []  # nothing left out, nothing to tell
 
 
 def test_a_layout_inference_failure_keeps_nchw(monkeypatch):
@@ -80,6 +81,8 @@ def test_a_layout_inference_failure_keeps_nchw(monkeypatch):
     x = {"x": np.random.default_rng(1).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     assert [_output_dims(g) for g in _conv_groups(module)] == [4] * 4
+    # and the user is told (xcomp compile prints the notes)
+    assert any("NCHW" in note and "layout inference failed" in note for note in module.info["notes"])
 
 
 @pytest.mark.parametrize("mapping", [

@@ -120,6 +120,7 @@ def cmd_compile(args):
         "unique_groups": len({g.key for g in module.groups}),
         "compile_times": module.info["compile_times"],
         "emitted": emitted,
+        "notes": module.info.get("notes", []),
     }
     if args.json:
         return result
@@ -128,6 +129,8 @@ def cmd_compile(args):
           f"({result['unique_groups']} unique of {result['groups']} operator groups) -> {out}")
     for path in emitted:
         print(f"  wrote {path}")
+    for note in result["notes"]:
+        print(f"  note: {note}")
     return None
 
 

@@ -155,10 +155,10 @@ def _has_blocked_conv(mod, lanes: int) -> bool:
     return any(found)
 
 
-def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it sits among)
+def BlockedConvLayout(lanes: int, notes: list | None = None):  # noqa: N802 (named like the TVM passes)
     """The Relax pass giving every conv the layouts `conv_layouts` picks. A model without a blocked conv is
     left as it is, and so is one whose other ops TVM's layout inference cannot take (the layout is an
-    optimisation: it must never cost a model its compile)."""
+    optimisation: it must never cost a model its compile); that case appends a line to `notes` for the user."""
     import tvm
     from tvm import relax
 
@@ -178,7 +178,10 @@ def BlockedConvLayout(lanes: int):  # noqa: N802 (named like the TVM passes it s
         try:
             return convert(mod)
         except Exception as err:  # a TVM layout-inference gap in some other op: keep NCHW
-            log.info("blocked conv layout skipped: %s", describe(err))
+            note = f"convs run in NCHW, not blocked (slower): TVM's layout inference failed: {describe(err)}"
+            log.info(note)
+            if notes is not None:
+                notes.append(note)
             return mod
 
     return _pass

@@ -49,9 +49,10 @@ class OpGroup:
         return cls(func=None, **{**d, "symbols": tuple(d.get("symbols", ()))})
 
 
-def graph_passes(spec):
+def graph_passes(spec, notes: list | None = None):
     """The Relax pass sequence that turns an imported model into fused operator groups for `spec`
-    (run it inside the target's context: some passes dispatch on the target)."""
+    (run it inside the target's context: some passes dispatch on the target). A pass that leaves an
+    optimisation out appends why to `notes`."""
     import tvm
     from tvm import relax
 
@@ -63,7 +64,7 @@ def graph_passes(spec):
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
     fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
     # GPU convs keep NCHW: their templates (dlight) expect it
-    layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width), *fold]
+    layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width, notes), *fold]
     return tvm.ir.transform.Sequential(
         [
             # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
@@ -238,8 +239,8 @@ def structural_key(func, kind: str) -> str:
     return f"{kind}-{digest.hexdigest()[:12]}"
 
 
-def partition(imported_mod, spec):
-    """Run the graph passes; return (fused IRModule, [OpGroup] in first-use order)."""
+def partition(imported_mod, spec, notes: list | None = None):
+    """Run the graph passes; return (fused IRModule, [OpGroup] in first-use order). `notes`: see graph_passes."""
     from tvm import tirx
 
     from xcomp import schedules
@@ -247,7 +248,7 @@ def partition(imported_mod, spec):
 
     try:
         with backend_for_spec(spec).target():
-            mod = graph_passes(spec)(imported_mod)
+            mod = graph_passes(spec, notes)(imported_mod)
     except Exception as err:
         symbols = _input_symbols(imported_mod)
         if symbols:  # most likely an op lowering that needs static shapes: the user can give them

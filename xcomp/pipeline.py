@@ -122,7 +122,8 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
 
         t = time.perf_counter()
         steps.set_postfix_str("partition")
-        mod, groups = partition(imported.mod, backend.spec)
+        notes = []  # what the user should know about how the model was compiled (an optimisation left out)
+        mod, groups = partition(imported.mod, backend.spec, notes)
         best_knobs = None
         if tune_db is not None:
             from xcomp.autotune.tuner import best_knobs_from_db
@@ -154,5 +155,13 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "opset": imported.opset,
             "compile_times": timings,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
+            "notes": notes + _schedule_notes(groups, choices),
         },
     )
+
+
+def _schedule_notes(groups, choices) -> list:
+    """A line per unique group whose schedule stepped down from the template's own (or the database's) config."""
+    names = {g.key: g.name for g in groups}
+    return [f"group {names[key]}: schedule {choice.source}" for key, choice in choices.items()
+            if choice.source not in ("database", "default")]
