@@ -70,11 +70,7 @@ class Record:
 
     @property
     def median_ms(self):
-        if not self.ok:
-            return None
-        values = sorted(self.latencies_ms)
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return statistics.median(self.latencies_ms) if self.ok else None
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)

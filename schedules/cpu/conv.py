@@ -21,9 +21,10 @@ from .common import (CpuTemplate, divisors, inline_injective, is_pure_copy, para
 
 
 def accumulator_budget(spec) -> tuple:
-    """(default, most) accumulator vectors in a register tile. Default: half the vector registers (measured with 32
-    registers: 14-vector tiles ran 1.5-2x faster than 28-vector ones, whose unrolled write-back spills); the tuner
-    may try up to all registers but two (a weight vector and a broadcast input)."""
+    """(default, most) accumulator vectors in a pixel-vector tile, and the default of a channel-vector tile on
+    NCHW data. Default: half the vector registers (measured with 32 registers, channel-major: 14-vector tiles ran
+    1.5-2x faster than 28-vector ones, which spilled); the tuner may try up to all registers but two (a weight
+    vector and a broadcast input). Channel-vector tiles are bounded by ConvTemplate._registers_fit instead."""
     registers = vector_registers(spec)
     return registers // 2, registers - 2
 
@@ -119,11 +120,16 @@ class ConvTemplate(CpuTemplate):
             # a depthwise "channels" config leaves the "columns" knobs at their first value: one config each
             if self.depthwise and (knobs["vector"], knobs["pixel_block"]) != (self._vector_choices()[0], 1):
                 return False
-            return knobs["co_block"] * rows * knobs["ow_block"] <= accumulator_budget(self.spec)[1]
+            return self._registers_fit(knobs["co_block"], rows * knobs["ow_block"])
         if self.depthwise and (knobs["ow_block"], knobs["order"]) != (1, "co_outer"):
             return False  # the "channels" knobs, likewise
         return (self._tile_fits(knobs["vector"], knobs["pixel_block"])
                 and knobs["co_block"] * rows * knobs["pixel_block"] <= accumulator_budget(self.spec)[1])
+
+    def _registers_fit(self, co_block: int, pixels: int) -> bool:
+        """A channel-vector tile's live vectors fit the register file: its accumulators, the co_block weight
+        vectors every pixel reuses and one input broadcast (the tile runs pixel-major, see apply)."""
+        return co_block * pixels + co_block + 1 <= vector_registers(self.spec)
 
     def _channel_vectors(self, knobs) -> bool:
         """Does `knobs` tile over vectors of output channels (packed weights), not over pixel vectors?"""
@@ -150,9 +156,13 @@ class ConvTemplate(CpuTemplate):
         space = self.knob_space()
         fits = [cb for cb in space["co_block"] if cb == 1 or cb * tile_bytes <= l2 // 2]
         budget = accumulator_budget(self.spec)[0]
+        # On blocked data the tile may fill the register file (vgg19 on 16 lanes / 32 registers: 2 x 14 tiles of
+        # its 56x56 convs ran 11% faster than 4 x 4, the model 7.6%; resnet50 3.6%); convs reading NCHW (stems,
+        # grouped convs) ran 10-80% slower with such tiles and keep half of it.
+        full = self.blocked and self.blocked_input
         best = max(
             ((cb, rows, ob) for cb in fits for rows in space["oh_block"] for ob in space["ow_block"]
-             if cb * rows * ob <= budget),
+             if (self._registers_fit(cb, rows * ob) if full else cb * rows * ob <= budget)),
             # most FMAs per tile, then fewest loads per FMA, then single rows (contiguous input reads)
             key=lambda t: (t[0] * t[1] * t[2], -(t[0] + t[1] * t[2]), -t[1]),
         )
@@ -223,7 +233,10 @@ class ConvTemplate(CpuTemplate):
                 coo, cob, cov = sch.split(co, [None, knobs["co_block"], lanes])
             outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
             tile = owo
-            sch.reorder(*outer, owo, *reduction, cob, ohi, owi, cov)
+            # pixel-major inside the tile: each input broadcast feeds co_block FMAs at once and dies, so the live
+            # registers are the accumulators, co_block weight vectors and one broadcast (channel-major kept every
+            # pixel's broadcast live across the channel loop and spilled 28-accumulator tiles)
+            sch.reorder(*outer, owo, *reduction, ohi, owi, cob, cov)
             for loop in (cob, ohi, owi):
                 sch.unroll(loop)
             sch.vectorize(cov)
