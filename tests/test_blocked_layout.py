@@ -180,3 +180,11 @@ def test_output_channels_are_padded_to_whole_vectors():
     (conv,) = _conv_groups(module)
     blocks, _, _, width = (int(d) for d in conv.signature.split(" -> ")[1].split("x")[1:5])
     assert _output_dims(conv) == 5 and blocks * width == -(-20 // lanes) * lanes
+
+
+@pytest.mark.parametrize("channels,lanes,padded", [(20, 16, 32), (24, 16, 32), (1000, 16, 1024), (1000, 8, 1008),
+                                                   (120, 16, 128), (130, 16, 160)])
+def test_padding_gives_wide_convs_an_even_number_of_vectors(channels, lanes, padded):
+    from xcomp.layout import padded_channels
+
+    assert padded_channels(channels, lanes) == padded

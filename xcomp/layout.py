@@ -53,6 +53,15 @@ def _paddable(conv, lanes: int) -> bool:
     return channels > lanes and channels % lanes != 0
 
 
+def padded_channels(channels: int, lanes: int) -> int:
+    """Output channels a `_paddable` conv runs with: whole vectors, and above 8 vectors whole pairs of them (an
+    odd count of channel vectors leaves the conv template only odd channel tiles: squeezenet's 1000-channel
+    classifier has 63 vectors at 1008 channels, divisible by 1, 3, 7, and 64 at 1024; the model ran 3.8% faster
+    at 1024, for 1.6% more multiply-adds in that conv)."""
+    unit = 2 * lanes if channels > 8 * lanes else lanes
+    return -(-channels // unit) * unit
+
+
 def _pad_channels(conv, weight, lanes: int):
     """(conv2d on weights zero-padded to whole vectors of output channels, the channels to keep), or None when
     the conv is not `_paddable` or its weight (`weight`: the constant it is bound to) is not a constant."""
@@ -65,7 +74,7 @@ def _pad_channels(conv, weight, lanes: int):
     if value is None or not _paddable(conv, lanes):
         return None
     channels = value.shape[0]
-    padded = np.zeros((-(-channels // lanes) * lanes, *value.shape[1:]), np.float32)
+    padded = np.zeros((padded_channels(channels, lanes), *value.shape[1:]), np.float32)
     padded[:channels] = value
     return relax.Call(conv.op, [conv.args[0], relax.const(padded)], conv.attrs), channels
 
