@@ -261,3 +261,20 @@ def test_a_config_that_does_not_apply_is_a_failure_not_the_default(tmp_path, mon
     assert "does not apply" in choice.source
     _, choice = schedule_group(task.group, backend.spec, default)
     assert choice.source == "database" and choice.knobs == default
+
+
+def test_benchmark_workloads_each_tune_one_computing_group():
+    """benchmarks/learning_curve.py and vs_metaschedule.py tune these; the blocked conv layout once broke the
+    3x3 conv's (its layout transforms became groups too) without any test noticing."""
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    try:
+        import workloads
+    finally:
+        sys.path.pop(0)
+    from xcomp.backends import get_backend
+
+    backend = get_backend("cpu")
+    kinds = {name: workloads.task(name, backend).group.kind for name in workloads.WORKLOADS}
+    assert kinds == {"gemm": "matmul", "conv3x3": "conv", "dwconv3x3": "conv"}
