@@ -4,7 +4,8 @@ Time goes where the model spends its time: each round tunes the task with the la
 latency (best latency x occurrences), as Ansor's task scheduler does, with a round-robin warm-up so every task
 gets measured. Every measured batch is committed to the database before the next one starts; a resumed run
 skips what is already there; Ctrl-C stops after keeping everything measured. At the end each group's three
-fastest configs are measured once more (Tuner.confirm), so a lucky first measurement cannot pick the config.
+fastest configs and its default are measured once more, until the fastest has been measured twice
+(Tuner.confirm), so a lucky first measurement cannot pick the config.
 """
 
 from __future__ import annotations
@@ -218,24 +219,51 @@ class Tuner:
         self._retrain()
         return task, len(batch)
 
-    def confirm(self, tasks, top: int = 3):
-        """Measure each task's `top` fastest configs again and fold the new times into their records, so a
-        config that was fast once by luck (a quiet moment on a shared machine) does not stay the best. Not new
-        trials: the budget and the curves stay as they are."""
+    def confirm(self, tasks, top: int = 3, rounds: int = 10):
+        """Measure each task's `top` fastest configs (and its default) again and fold the new times into their
+        records, so a config that was fast once by luck (a quiet moment on a shared machine) does not stay the
+        best. A record keeps the slower of its runs, so a config measured once may now look fastest: it is
+        measured again too, round after round (at most `rounds`), until the fastest record has been measured
+        twice, and the tuner and `compile --db` (fastest record) agree on a confirmed config. The default is
+        confirmed as well, so "default -> tuned" sets two configs measured the same way against each other.
+        Not new trials: the budget and the curves stay as they are."""
         for task in bar(tasks, desc="confirm", unit="group", enabled=self.progress, leave=False):
-            fastest = sorted((ms, knobs) for knobs, ms in task.measured.items() if math.isfinite(ms))[:top]
-            if not fastest or task.waiting:
+            if task.waiting:
                 continue
-            try:
-                workload, results = self._build_and_run(task, [json.loads(knobs) for _, knobs in fastest])
-            except MeasurementDeferred:
-                continue
-            self.db.add_remeasurements([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
-            fingerprint = self.backend.spec.fingerprint()
-            for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
-                task.measured[canonical_knobs(record.knobs)] = record.median_ms if record.ok else math.inf
+            default = canonical_knobs(task.template.default_knobs())
+            confirmed = set()
+            batch = self._fastest(task, top)
+            if batch and default not in batch and math.isfinite(task.measured.get(default, math.inf)):
+                batch.append(default)
+            for _ in range(rounds):
+                if not batch or not self._remeasure(task, batch):
+                    break
+                confirmed.update(batch)
+                best_confirmed = min(task.measured[k] for k in confirmed)
+                batch = [k for k in self._fastest(task, top) if k not in confirmed
+                         and task.measured[k] < best_confirmed]
+            task.default_ms = task.measured.get(default, task.default_ms)
             task.best_ms, best = min((ms, knobs) for knobs, ms in task.measured.items())
             task.best_knobs = json.loads(best) if math.isfinite(task.best_ms) else None
+
+    @staticmethod
+    def _fastest(task, count: int) -> list:
+        """Canonical knobs of the task's `count` fastest successful configs."""
+        return [knobs for ms, knobs in sorted((ms, knobs) for knobs, ms in task.measured.items()
+                                              if math.isfinite(ms))[:count]]
+
+    def _remeasure(self, task, batch) -> bool:
+        """Measure `batch` (canonical knobs) again into the database and refresh task.measured; False when the
+        runner defers its results."""
+        try:
+            workload, results = self._build_and_run(task, [json.loads(knobs) for knobs in batch])
+        except MeasurementDeferred:
+            return False
+        self.db.add_remeasurements([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
+        fingerprint = self.backend.spec.fingerprint()
+        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+            task.measured[canonical_knobs(record.knobs)] = record.median_ms if record.ok else math.inf
+        return True
 
     def close(self):
         self.builder.close()
