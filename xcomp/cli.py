@@ -447,12 +447,14 @@ def build_parser():
     p = sub.add_parser("tune", help="tune a model's operator groups, recording every measurement",
                        description="Search each unique operator group's knob space (cost-model guided), measuring "
                                    "candidates in isolated processes, then measure each group's 3 fastest "
-                                   "configs once more (a few seconds per group, after --time runs out) and keep "
-                                   "the slower run of each. Every measured batch is committed to the database: "
-                                   "an interrupted run keeps everything and a rerun resumes.")
+                                   "configs and its default once more (a few seconds per group, after --time runs "
+                                   "out), keeping the slower run of each, until the fastest has been measured "
+                                   "twice. Every measured batch is committed to the database: an interrupted run "
+                                   "keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
-    p.add_argument("--trials", type=int, help="total measured candidates (default 64 per unique group)")
+    p.add_argument("--trials", type=int, help="total measured candidates, besides each group's default, which is "
+                                              "always measured first (default 64 per unique group)")
     p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
