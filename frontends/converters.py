@@ -406,6 +406,22 @@ def convert_reshape(bb, inputs, attrs, opset, stock):
     return stock()
 
 
+# -- Slice ------------------------------------------------------------------------------------------------------
+
+
+def convert_slice(bb, inputs, attrs, opset, stock):
+    """Slice before opset 10 takes starts, ends and (optional) axes as attributes; TVM's converter reads them
+    from inputs only, so they are handed to it as constant inputs (axes: the first len(starts) axes)."""
+    if opset >= 10:
+        return stock()
+    relax = _relax()
+    # exporters write "to the end" as INT64_MAX; handed over as constants, such bounds came out truncated to
+    # 32 bits (INT64_MAX -> -1: one element short), so they are clamped to what int32 holds first
+    starts, ends = (np.clip(np.asarray(attrs[name], np.int64), -2**31 + 1, 2**31 - 1) for name in ("starts", "ends"))
+    axes = np.asarray(attrs.get("axes", range(len(starts))), np.int64)
+    return stock([inputs[0], *(relax.const(v) for v in (starts, ends, axes))])
+
+
 # -- PRelu ------------------------------------------------------------------------------------------------------
 
 
@@ -429,4 +445,5 @@ CONVERTERS = {
     "GRU": convert_gru,
     "RNN": convert_rnn,
     "Gather": convert_gather,
+    "Slice": convert_slice,
 }

@@ -70,7 +70,6 @@ KNOWN_FAILURES = {
     ("simple", "test_sequence_model3"): "SequenceErase/At with a runtime position: TVM's importer gets it wrong",
     ("simple", "test_sequence_model6"): "SequenceLength of a SplitToSequence: TVM's converter fails",
     ("simple", "test_sequence_model8"): "SplitToSequence over symbolic dim 'n': TVM's converter needs a constant split",
-    ("pytorch-operator", "test_operator_index"): "Slice at opset 6 without `axes`: TVM's converter fails",
 }
 KNOWN_FAILURES.update({("simple", c): _STRINGS for c in [
     "test_strnorm_model_monday_casesensintive_lower", "test_strnorm_model_monday_casesensintive_nochangecase",

@@ -347,6 +347,25 @@ def test_runtime_index_checks_only_where_no_other_check_sees_the_indices():
     assert _run_checks(no_gather) == 0
 
 
+# -- Slice before opset 10 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset, attrs, expected", [
+    (6, dict(starts=[1], ends=[3], axes=[1]), lambda x: x[:, 1:3]),
+    (9, dict(starts=[0, -3], ends=[1, 2**63 - 1]), lambda x: x[0:1, -3:]),  # no axes: the first two; INT64_MAX
+])
+def test_slice_with_attributes_before_opset_10(opset, attrs, expected):
+    """Slice-1 takes starts/ends/axes as attributes (TVM's converter reads inputs only and failed on every
+    such model, e.g. pytorch-operator/test_operator_index)."""
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    want = expected(x)
+    model = make_model([helper.make_node("Slice", ["x"], ["y"], **attrs)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(want.shape))], opset=opset)
+    np.testing.assert_array_equal(xcomp.compile(model).run({"x": x})["y"], want)
+    np.testing.assert_array_equal(ort_run(model, {"x": x})[0], want)
+
+
 # -- PRelu ------------------------------------------------------------------------------------------------------
 
 
