@@ -238,12 +238,11 @@ def _host_checked_gathers(proto, inputs):
         yield node, shape[axis], axis
 
 
-def index_ranges(proto, inputs) -> dict:
-    """{input name: (low, high, node)} for each of `inputs` (the graph's TensorSpecs) used directly as the
-    indices of a Gather over a static axis: its values must lie in [-size, size - 1] (onnxruntime rejects others;
-    our compiled code would read out of bounds)."""
+def index_ranges(gathers) -> dict:
+    """{input name: (low, high, node)} for the inputs of `gathers` (from _host_checked_gathers): the values of
+    each must lie in [-size, size - 1] (onnxruntime rejects others; our compiled code would read out of bounds)."""
     ranges = {}
-    for node, size, axis in _host_checked_gathers(proto, inputs):
+    for node, size, axis in gathers:
         low, high, _ = ranges.get(node.input[1], (-size, size - 1, None))
         ranges[node.input[1]] = (max(low, -size), min(high, size - 1),
                                  f"Gather node {node.name or node.output[0]!r} ({size} entries on axis {axis})")
@@ -539,9 +538,9 @@ def _bind_and_infer(proto, input_shapes, label):
     return bound
 
 
-def _import(proto, opset, inputs, label):
-    """The Relax IRModule of a bound, inferred model; symbolic input dims become tir.Vars."""
-    host_checked = {node.output[0] for node, _, _ in _host_checked_gathers(proto, inputs)}
+def _import(proto, opset, inputs, label, host_checked):
+    """The Relax IRModule of a bound, inferred model; symbolic input dims become tir.Vars. `host_checked`: the
+    first outputs of the Gathers whose indices the module checks before running (no run-time check for them)."""
     importer = _importer_class()(_relax_shapes(inputs), {s.name: s.dtype for s in inputs}, keep_params_in_input=False,
                                  host_checked=host_checked)
     # The stock importer prints and warns as it goes; keep the user's terminal clean.
@@ -580,10 +579,11 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     _check(proto, label)
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)
-    ranges = index_ranges(bound, inputs)
+    gathers = list(_host_checked_gathers(bound, inputs))
+    ranges = index_ranges(gathers)
     inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]
     try:
-        mod = _import(bound, opset, inputs, label)
+        mod = _import(bound, opset, inputs, label, {node.output[0] for node, _, _ in gathers})
     except XcompError as err:
         if symbolic_dims(inputs):  # some converters need static shapes: say how to give them (same error class)
             err.args = (f"{err}; this was with {_describe_symbols(inputs)} kept symbolic: if the op needs them "

@@ -9,7 +9,7 @@ def describe(model, target="cpu", input_shapes=None) -> dict:
     """A JSON-ready description: inputs, outputs, op histogram, unsupported nodes, operator groups."""
     from xcomp.backends import get_backend
     from xcomp.frontends import onnx as fe
-    from xcomp.partition import expr_text, flops_expr, partition, unique_groups
+    from xcomp.partition import expr_text, flops_expr, partition, total_flops, unique_groups
 
     backend = get_backend(target)
     proto, folder, label = fe._read_proto(model)
@@ -43,7 +43,7 @@ def describe(model, target="cpu", input_shapes=None) -> dict:
         if rep.symbols:  # "flops" holds the count with every symbolic dim at 1; this, the count at any size
             entry["flops_expr"] = expr_text(terms[-1][0])
         result["groups"].append(entry)
-    result["total_flops"] = sum(g["flops"] * g["count"] for g in result["groups"])
+    result["total_flops"] = total_flops(groups)
     result["symbols"] = sorted({s for g in groups for s in g.symbols})
     if result["symbols"]:
         result["total_flops_expr"] = expr_text(_weighted_sum(terms))

@@ -70,8 +70,10 @@ def _pad_channels(conv, weight, lanes: int):
 
     from xcomp.schedules.cpu.legalize import constant_f32
 
+    if not _paddable(conv, lanes):  # before reading the weight: most convs need no padding
+        return None
     value = constant_f32(weight)
-    if value is None or not _paddable(conv, lanes):
+    if value is None:
         return None
     channels = value.shape[0]
     padded = np.zeros((padded_channels(channels, lanes), *value.shape[1:]), np.float32)

@@ -301,3 +301,8 @@ def unique_groups(groups):
         else:
             merged[g.key] = (g, g.count)
     return merged
+
+
+def total_flops(groups) -> int:
+    """Arithmetic operations per inference: each unique group's flops (symbolic dims at 1) x its calls."""
+    return sum(rep.flops * count for rep, count in unique_groups(groups).values())

@@ -171,12 +171,9 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
 def model_flops(module):
     """Arithmetic operations in one inference (sum over groups of flops x count); None when a symbolic dim
     leaves the count open."""
-    from xcomp.partition import unique_groups
+    from xcomp.partition import total_flops
 
-    merged = unique_groups(module.groups).values()
-    if any(rep.symbols for rep, _count in merged):
-        return None
-    return sum(rep.flops * count for rep, count in merged)
+    return None if any(g.symbols for g in module.groups) else total_flops(module.groups)
 
 
 def _schedule_sources(module) -> dict:
