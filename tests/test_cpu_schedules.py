@@ -263,8 +263,8 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         # 4 channels per group: a 4-lane channel vector where SIMD is 4 or 8 lanes wide, pixel vectors on 16 lanes
         dict(c_in=16, c_out=16, size=8, kernel=1, group=4),
     ],
-    ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "depthwise_wide", "pointwise_batch_norm",
-         "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups"],
+    ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "depthwise_wide",
+         "pointwise_batch_norm", "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups"],
 )
 def test_conv(args, backend):
     from xcomp.schedules.cpu.conv import ConvTemplate

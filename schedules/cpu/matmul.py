@@ -99,7 +99,7 @@ class MatmulTemplate(CpuTemplate):
         space = {
             "mr": self._mr_choices(),
             "nr": self._nr_choices(),
-            "order": ["n_outer", "m_outer"] if (self.m or 2) > 1 else ["n_outer"],
+            "order": ["n_outer", "m_outer"] if self.m is None or self.m > 1 else ["n_outer"],
             "unroll_k": [u for u in (1, 2, 4, 8) if self.k % u == 0],
         }
         if self.layout == "nn":

@@ -119,7 +119,8 @@ def blas_rows(module, profile_rows, repeat: int = 20) -> list:
         rows.append({
             "group": row["group"], "key": row["key"], "count": row["count"], "shape": shape,
             "problem": timing["problem"], "xcomp_ms": row["median_ms"], "blas_ms": timing["median_ms"],
-            "blas_runs": timing["runs"], "blas_gflops": timing["gflops"], "xcomp_gflops": row["flops"] / row["median_ms"] / 1e6 if row["median_ms"] > 0 else 0.0,
+            "blas_runs": timing["runs"], "blas_gflops": timing["gflops"],
+            "xcomp_gflops": row["flops"] / row["median_ms"] / 1e6 if row["median_ms"] > 0 else 0.0,
             "xcomp_over_blas": row["median_ms"] / timing["median_ms"] if timing["median_ms"] > 0 else None,
             "torch_ms": torch_timing["median_ms"] if torch_timing else None,
             "torch_gflops": torch_timing["gflops"] if torch_timing else None,

@@ -65,7 +65,12 @@ def baseline_label(entry) -> str:
     return f"{entry['name']} ({entry.get('device', 'cpu')}){where}"
 
 
+def fp32_peak(hardware: dict):
+    """A HardwareSpec dict's fp32 FLOP/s (the plain vector rate, see backends/catalog.py), or None."""
+    return hardware.get("peak_flops", {}).get("float32")
+
+
 def spec_summary(hardware: dict) -> str:
-    peak = hardware.get("peak_flops", {}).get("float32")
+    peak = fp32_peak(hardware)
     bw = hardware.get("mem_bandwidth")
     return f"{hardware.get('name')}: fp32 peak {si(peak, 'FLOP/s')}, memory {si(bw, 'B/s') if bw else 'unknown'}"

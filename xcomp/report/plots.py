@@ -131,7 +131,7 @@ def roofline_chart(report, out_dir):
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
     for i, t in enumerate(entries):
         hw = t["hardware"]
-        peak, bw = hw.get("peak_flops", {}).get("float32", 0), hw.get("mem_bandwidth", 0)
+        peak, bw = fmt.fp32_peak(hw) or 0, hw.get("mem_bandwidth", 0)
         color = TARGET_COLORS[i % len(TARGET_COLORS)]
         if peak:
             roof = np.minimum(peak, xs * bw) if bw else np.full_like(xs, peak)

@@ -36,7 +36,7 @@ def _this_cpu(report):
     for e in report["targets"]:
         if (e.get("status") == "measured" and e.get("origin", {}).get("kind") == "this run"
                 and e["hardware"].get("kind") == "cpu"):
-            return e.get("model_flops"), e["hardware"].get("peak_flops", {}).get("float32")
+            return e.get("model_flops"), fmt.fp32_peak(e["hardware"])
     return None, None
 
 
@@ -75,7 +75,7 @@ def latency_table(report) -> Table:
         t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
                fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
-               _rate(e.get("model_flops"), e["hardware"].get("peak_flops", {}).get("float32"), lat["median_ms"]),
+               _rate(e.get("model_flops"), fmt.fp32_peak(e["hardware"]), lat["median_ms"]),
                f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
               *(["imported"] if imported else []))
     for b in report["baselines"]:
