@@ -438,7 +438,113 @@ def convert_prelu(bb, inputs, attrs, opset, stock):
     return relax.op.where(negative, relax.op.multiply(data, slope), data)
 
 
+# -- Expand -----------------------------------------------------------------------------------------------------
+
+
+def convert_expand(bb, inputs, attrs, opset, stock):
+    """TVM's Expand, with a run-time shape tensor made to broadcast as ONNX says. TVM broadcasts to that shape as
+    given, so a 1 where the input has 3 gave a size-1 axis: wrong numbers. ONNX keeps the input's size there, so
+    the shape handed over is where(shape == 1, input shape, shape), right-aligned with the input's rank."""
+    import tvm
+
+    relax = _relax()
+    data, shape = inputs[0], inputs[1]
+    if isinstance(shape, (relax.ShapeExpr, tvm.ir.GenericConst)) or shape.ty.shape is None or \
+            data.ty.shape is None or not isinstance(shape.ty.shape.values[0], tvm.tirx.IntImm):
+        return stock()  # constant and shape-expression targets: TVM's converter applies the rule itself
+    length = int(shape.ty.shape.values[0])
+    dims = list(data.ty.shape.values)
+    rank = max(length, len(dims))
+    input_dims = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([1] * (rank - len(dims)) + dims)))
+    target = bb.normalize(relax.op.astype(shape, "int64"))
+    if length < rank:
+        target = bb.normalize(relax.op.concat([relax.const(np.ones(rank - length, np.int64), "int64"), target]))
+    ones = relax.const(1, "int64")
+    return stock([data, bb.normalize(relax.op.where(relax.op.equal(target, ones), input_dims, target))])
+
+
+# -- Resize -----------------------------------------------------------------------------------------------------
+
+
+def convert_resize(bb, inputs, attrs, opset, stock):
+    """TVM's Resize, refusing what it would get wrong. Its resize maps output to input coordinates by the ratio
+    of the sizes; ONNX maps them by the given scale, and the two differ when size x scale is not a whole number
+    (a 0.6 downscale of 4 pixels gives 2, a ratio of 0.5). And it has no antialias filter."""
+    import tvm
+
+    scale_input = 1 if opset < 11 else 2
+    scales = _const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
+        else None
+    if attrs.get("antialias", 0) and _downsamples(inputs[0], scales, inputs[3] if len(inputs) > 3 else None):
+        raise NotImplementedError("Resize with antialias=1 when downsampling: TVM's resize has no antialias filter")
+    transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
+    transform = transform.decode() if isinstance(transform, bytes) else transform
+    if scales is not None and scales.size and transform not in ("align_corners", "tf_crop_and_resize"):
+        shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+        axes = attrs.get("axes") or range(len(shape))
+        for axis, scale in zip(axes, scales.tolist()):
+            dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+            if isinstance(dim, tvm.tirx.IntImm) and int(dim) * scale != int(int(dim) * scale):
+                raise NotImplementedError(
+                    f"Resize by scale {scale:g} of an axis of size {int(dim)}: the output size "
+                    f"{int(int(dim) * scale)} is not size x scale, and TVM's resize maps coordinates by the size "
+                    f"ratio where ONNX uses the scale ({transform}); give the model sizes instead of scales")
+    return stock()
+
+
+def _downsamples(data, scales, sizes) -> bool:
+    """Whether a Resize shrinks some axis (unknown counts as yes)."""
+    import tvm
+
+    if scales is not None and scales.size:
+        return bool((scales < 1).any())
+    sizes = _const_value(sizes) if sizes is not None else None
+    shape = data.ty.shape.values if data.ty.shape is not None else None
+    if sizes is None or shape is None or len(sizes) != len(shape):
+        return True
+    return any(not isinstance(d, tvm.tirx.IntImm) or int(n) < int(d) for n, d in zip(sizes.tolist(), shape))
+
+
+# -- ReduceMax / ReduceMin --------------------------------------------------------------------------------------
+
+
+def _reduce_extreme(extreme):
+    """ReduceMax / ReduceMin, mending two cases TVM gets wrong. Over an axis of size 0, ONNX gives -inf / +inf
+    (the lowest / highest value of an integer type), and TVM's reduction leaves such an output unwritten
+    (garbage): the result is then a constant. And TVM has no max/min of bool: it reduces uint8 instead."""
+
+    def convert(bb, inputs, attrs, opset, stock):
+        import tvm
+
+        relax = _relax()
+        data = inputs[0]
+        if _dtype(data) == "bool":
+            as_bytes = bb.normalize(relax.op.astype(data, "uint8"))
+            return relax.op.astype(convert(bb, [as_bytes, *inputs[1:]], attrs, opset,
+                                           lambda: stock([as_bytes, *inputs[1:]])), "bool")
+        result = stock()
+        shape = data.ty.shape.values if data.ty.shape is not None else None
+        if shape is None or not any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in shape):
+            return result
+        result = bb.normalize(result)
+        out_shape = result.ty.shape
+        if out_shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in out_shape.values):
+            raise NotImplementedError("a reduction over an empty axis with a symbolic output shape")
+        dtype = _dtype(data)
+        if np.dtype(dtype).kind == "f":
+            fill = -np.inf if extreme == "max" else np.inf
+        else:
+            fill = np.iinfo(dtype).min if extreme == "max" else np.iinfo(dtype).max
+        return relax.const(np.full([int(d) for d in out_shape.values], fill, dtype))
+
+    return convert
+
+
 CONVERTERS = {
+    "Expand": convert_expand,
+    "Resize": convert_resize,
+    "ReduceMax": _reduce_extreme("max"),
+    "ReduceMin": _reduce_extreme("min"),
     "PRelu": convert_prelu,
     "Reshape": convert_reshape,
     "LSTM": convert_lstm,

@@ -24,6 +24,7 @@ import numpy as np
 
 from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError,
                           describe)
+from xcomp.frontends.input_values import bind_input_values, require_input_values
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
 # pytorch-* test sets are opset 6), and opset 22 changed no semantics (it widened type constraints).
@@ -46,17 +47,36 @@ class TensorSpec:
     # an input that indexes a Gather: (lowest, highest) value it may hold and the node it indexes; compiled code
     # does not bounds-check, so the module checks the values before running
     index_range: tuple | None = None
+    # an input fixed at compile time (frontends/input_values.py): its values, flattened
+    value: tuple | None = None
 
     def to_dict(self):
         d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.index_range is not None:
             d["index_range"] = list(self.index_range)
+        if self.value is not None:
+            d["value"] = list(self.value)
         return d
 
     @classmethod
     def from_dict(cls, d):
-        index_range = d.get("index_range")
-        return cls(d["name"], tuple(d["shape"]), d["dtype"], tuple(index_range) if index_range else None)
+        index_range, value = d.get("index_range"), d.get("value")
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], tuple(index_range) if index_range else None,
+                   tuple(value) if value is not None else None)
+
+    def value_array(self) -> np.ndarray:
+        """The value of an input fixed at compile time."""
+        return np.asarray(self.value, dtype=self.dtype).reshape(self.shape)
+
+    def check_value(self, array) -> None:
+        """InputError unless `array` is the value this input was fixed to at compile time."""
+        expected = self.value_array()
+        if array.shape != expected.shape or not np.array_equal(array, expected):
+            raise InputError(
+                f"input {self.name!r} was fixed to {expected.tolist()} at compile time (--input-value), got "
+                f"{array.tolist() if array.size <= 16 else f'an array of shape {list(array.shape)}'}; compile "
+                f"again with --input-value {self.name}=... for other values"
+            )
 
     def check_indices(self, array) -> None:
         """InputError when `array` holds an index outside `index_range`."""
@@ -82,6 +102,7 @@ class ImportedModel:
     opset: int
     name: str
     proto: object  # the (shape-bound, rewritten) onnx.ModelProto
+    bound_inputs: list = dataclasses.field(default_factory=list)  # [TensorSpec] fixed by input_values
 
 
 def _onnx():
@@ -414,6 +435,90 @@ def _rewrite_sum_to_add(graph):
     graph.node.extend(new_nodes)
 
 
+_CONSTANT_ATTRS = {"value_float": ("f", "float32", False), "value_floats": ("floats", "float32", True),
+                   "value_int": ("i", "int64", False), "value_ints": ("ints", "int64", True)}
+
+
+def _rewrite_constant_attributes(proto):
+    """Constant's value_float(s) / value_int(s) become its `value` tensor: TVM's importer reads only that one
+    (it said "no value in Constant"; opset 12+ exporters, and ONNX's own function expansions, write the others)."""
+    onnx = _onnx()
+    for node in _all_nodes(proto.graph):
+        if node.op_type != "Constant" or node.domain not in _DEFAULT_DOMAINS:
+            continue
+        for attr in list(node.attribute):
+            if attr.name in _CONSTANT_ATTRS:
+                field, dtype, is_list = _CONSTANT_ATTRS[attr.name]
+                value = np.array(list(getattr(attr, field)) if is_list else getattr(attr, field), dtype=dtype)
+                node.attribute.remove(attr)
+                node.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(value)))
+
+
+def _fold_static_shapes(proto):
+    """Shape and Size of a tensor whose dims are all static become Constants. TVM's importer carries Shape as a
+    shape expression that most ops refuse ("cannot handle ShapeExpr inputs": Size, Sub, ... in the expanded
+    LayerNormalization that ONNX's function bodies and some exporters write); as constants, the whole shape
+    computation folds. Shapes with a symbolic dim stay shape expressions."""
+    onnx = _onnx()
+    shapes = _static_shapes(proto)
+    for node in proto.graph.node:
+        if node.op_type not in ("Shape", "Size") or node.domain not in _DEFAULT_DOMAINS or \
+                node.input[0] not in shapes:
+            continue
+        shape = shapes[node.input[0]]
+        if node.op_type == "Shape":  # start/end (opset 15) clamp as Python slicing does
+            attrs = {a.name: a.i for a in node.attribute}
+            value = np.array(shape[attrs.get("start", 0):attrs.get("end", len(shape))], np.int64)
+        else:
+            value = np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
+        node.CopyFrom(onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                            value=onnx.numpy_helper.from_array(value)))
+
+
+# Ops never folded: their results are not a function of their inputs, or are not tensors.
+_NOT_FOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
+                 "If", "Loop", "Scan", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement"}
+_FOLD_MAX_ELEMENTS = 1 << 16  # shape arithmetic, not weights: a bigger result stays a computation
+
+
+def _fold_constant_nodes(proto):
+    """Evaluate (onnx.reference) every single-output node of the main graph whose inputs are all constants and
+    small, and make it a Constant: a shape computed from constants (Shape folded above -> Slice -> Concat ->
+    Reshape) must be a constant for TVM's Reshape, which refuses a computed tensor."""
+    onnx = _onnx()
+    from onnx.reference import ReferenceEvaluator
+
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer
+              if np.prod(t.dims, dtype=np.int64) <= _FOLD_MAX_ELEMENTS}
+    opsets = list(proto.opset_import)
+    for node in proto.graph.node:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        if node.op_type == "Constant":
+            attr = next((a for a in node.attribute if a.name == "value"), None)
+            if attr is not None and np.prod(attr.t.dims, dtype=np.int64) <= _FOLD_MAX_ELEMENTS:
+                values[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+            continue
+        inputs = [name for name in node.input if name]
+        if node.op_type in _NOT_FOLDABLE or len(node.output) != 1 or not inputs or \
+                not all(name in values for name in inputs) or any(a.HasField("g") or a.graphs for a in node.attribute):
+            continue
+        try:
+            graph = onnx.helper.make_graph([node], "fold", [],
+                                           [onnx.helper.make_empty_tensor_value_info(node.output[0])],
+                                           [onnx.numpy_helper.from_array(values[n], n) for n in set(inputs)])
+            evaluator = ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=opsets))
+            result = np.asarray(evaluator.run(None, {})[0])
+            if result.size > _FOLD_MAX_ELEMENTS:
+                continue
+            constant = onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                             value=onnx.numpy_helper.from_array(result))
+        except Exception:  # an op (or a result type) the reference cannot evaluate: TVM converts it as it is
+            continue
+        values[node.output[0]] = result
+        node.CopyFrom(constant)
+
+
 # -- import -------------------------------------------------------------------------------------------------
 
 
@@ -535,6 +640,9 @@ def _bind_and_infer(proto, input_shapes, label):
     _check_attributes(bound, label)
     _check_tensor_sizes(bound, label)
     _rewrite_sum_to_add(bound.graph)
+    _rewrite_constant_attributes(bound)
+    _fold_static_shapes(bound)
+    _fold_constant_nodes(bound)
     return bound
 
 
@@ -561,8 +669,9 @@ def _describe_symbols(inputs) -> str:
                      for name, axis in uses)
 
 
-def load_onnx(model, input_shapes=None) -> ImportedModel:
-    """Load, validate and import an ONNX model (path, bytes or ModelProto) into Relax."""
+def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
+    """Load, validate and import an ONNX model (path, bytes or ModelProto) into Relax. `input_values`: {input
+    name: array} for inputs to fix at compile time (frontends/input_values.py)."""
     onnx = _onnx()
     proto, folder, label = _read_proto(model)
     proto_copy = onnx.ModelProto()
@@ -577,8 +686,10 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
+    fixed = bind_input_values(proto, graph_inputs(proto), dict(input_values or {}), label)
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)
+    require_input_values(bound, [s.name for s in inputs], opset)
     gathers = list(_host_checked_gathers(bound, inputs))
     ranges = index_ranges(gathers)
     inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]
@@ -596,4 +707,5 @@ def load_onnx(model, input_shapes=None) -> ImportedModel:
         opset=opset,
         name=proto.graph.name or os.path.splitext(os.path.basename(label))[0],
         proto=bound,
+        bound_inputs=fixed,
     )

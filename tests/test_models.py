@@ -58,13 +58,8 @@ def _load_case(set_name, case):
 
 
 # Cases that cannot pass yet, each with its reason (strict: a fix shows up as XPASS and must be removed here).
-_DYNAMIC = "shape given as a runtime tensor: needs data-dependent output shapes (issue #6, dynamic shapes)"
 _STRINGS = "string tensors: StringNormalizer has no TVM converter"
 KNOWN_FAILURES = {
-    ("simple", "test_expand_shape_model1"): _DYNAMIC,
-    ("simple", "test_expand_shape_model2"): _DYNAMIC,
-    ("simple", "test_expand_shape_model3"): _DYNAMIC,
-    ("simple", "test_expand_shape_model4"): _DYNAMIC,
     ("simple", "test_gradient_of_add"): "ai.onnx.preview.training.Gradient is a training op",
     ("simple", "test_gradient_of_add_and_mul"): "ai.onnx.preview.training.Gradient is a training op",
     ("simple", "test_sequence_model3"): "SequenceErase/At with a runtime position: TVM's importer gets it wrong",

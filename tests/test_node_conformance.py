@@ -10,25 +10,23 @@ import numpy as np
 import pytest
 
 import xcomp
+from xcomp.conformance import compile_as_user
 
 _OPSET_RANGE = (7, 22)
 
 # First op of cases that xcomp refuses with an UnsupportedOpError naming the node at fault (a missing or failing
-# converter in TVM's importer, or a subgraph op such as Loop inside the case).
+# converter in TVM's importer, or a subgraph op such as Loop inside the case). Inputs that set shapes are fixed
+# from the case's data first, as a user fixes them with --input-value.
 UNSUPPORTED_OPS = {
-    "AffineGrid", "Bernoulli", "BlackmanWindow", "CenterCropPad", "Col2Im", "Constant", "ConvInteger", "CumSum",
-    "DFT", "DeformConv", "Det", "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop",
-    "LpNormalization", "MaxUnpool", "MelWeightMatrix", "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul",
-    "RandomUniformLike", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum",
-    "ReduceSumSquare", "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit",
-    "TfIdfVectorizer", "Upsample",
+    "Bernoulli", "BlackmanWindow", "CenterCropPad", "Col2Im", "Constant", "ConvInteger", "DFT", "DeformConv", "Det",
+    "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
+    "MelWeightMatrix", "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul", "RandomUniformLike",
+    "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
+    "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
 }
 KNOWN_WRONG = {
     "LayerNormalization": "axis=0 case: TVM's importer returns a differently shaped Mean/InvStdDev output",
     "NonMaxSuppression": "data-dependent output shape: the importer keeps the max shape, not the selected rows",
-    "Slice": "starts/ends as runtime inputs need data-dependent shapes (issue #6, dynamic shapes)",
-    "Expand": "shape as a runtime input needs data-dependent shapes (issue #6, dynamic shapes)",
 }
 
 
@@ -55,7 +53,7 @@ SAMPLE = _sample()
 def test_sample_spans_op_families():
     assert len(SAMPLE) >= 140
     supported = [op for op in SAMPLE if op not in UNSUPPORTED_OPS and op not in KNOWN_WRONG]
-    assert len(supported) >= 95
+    assert len(supported) >= 110
 
 
 @pytest.mark.parametrize("op", sorted(SAMPLE))
@@ -63,15 +61,16 @@ def test_node_case(op):
     case = SAMPLE[op]
     inputs, expected = case.data_sets[0]
     names = [i.name for i in case.model.graph.input]
+    feed = dict(zip(names, inputs))
     if op in UNSUPPORTED_OPS:
         with pytest.raises(xcomp.UnsupportedOpError) as info:
-            xcomp.compile(case.model)
+            compile_as_user(case.model, feed)
         assert info.value.nodes and "opset" in str(info.value)
         return
     if op in KNOWN_WRONG:
         pytest.xfail(KNOWN_WRONG[op])
-    module = xcomp.compile(case.model)
-    got = module.run(dict(zip(names, inputs)))
+    module, _fixed = compile_as_user(case.model, feed)  # shape-setting inputs fixed from the data, as a user must
+    got = module.run(feed)
     for (name, g), want in zip(got.items(), expected):
         np.testing.assert_allclose(g, want, rtol=max(case.rtol, 1e-3), atol=max(case.atol, 1e-4),
                                    err_msg=f"{case.name}: output {name}")

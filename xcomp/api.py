@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_db=None,  # noqa: A001
-            progress: bool = False):
+            progress: bool = False, input_values: dict | None = None):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
     model:        path to an .onnx file, its bytes, an onnx.ModelProto, or `onnx:NAME` for a model shipped
@@ -15,23 +15,30 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
                   serves every size of them.
     tune_db:      a tuning database (from `xcomp tune`): each group uses its fastest measured config.
     progress:     show tqdm progress bars.
+    input_values: {input name: array} fixing inputs that set shapes (a ReduceSum's axes, a Resize's scales) to
+                  constants: TVM needs those at compile time, and compile says which inputs when it does.
+                  The module then checks, when given them, that they hold these values.
     """
     from xcomp.examples import resolve
     from xcomp.pipeline import compile_model
 
-    return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress)
+    return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress,
+                         input_values=input_values)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,
-         input_shapes: dict | None = None, seed: int = 0, progress: bool = False, runner=None) -> dict:
+         input_shapes: dict | None = None, seed: int = 0, progress: bool = False, runner=None,
+         input_values: dict | None = None) -> dict:
     """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
     (per group: default and best latency, speedup, trials) and the search history. `runner`: where candidates
-    are measured (default: this machine); xcomp.autotune.bundle.BundleRunner or rpc.RPCRunner measure elsewhere."""
+    are measured (default: this machine); xcomp.autotune.bundle.BundleRunner or rpc.RPCRunner measure elsewhere.
+    `input_shapes` / `input_values`: as for compile (compile with the same ones to use the records)."""
     from xcomp.autotune.tuner import tune_model
     from xcomp.examples import resolve
 
     return tune_model(resolve(model), target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
-                      input_shapes=input_shapes, seed=seed, progress=progress, runner=runner)
+                      input_shapes=input_shapes, input_values=input_values, seed=seed, progress=progress,
+                      runner=runner)
 
 
 def load(path):

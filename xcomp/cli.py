@@ -50,6 +50,34 @@ def _input_shapes(args):
     return dict(_parse_shape_arg(s) for s in args.input_shape or []) or None
 
 
+def _parse_value_arg(text: str):
+    """'axes=1,2' -> ('axes', [1, 2]); 'scales=s.npy' -> ('scales', array from the file)."""
+    from xcomp.errors import UserError
+
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise UserError(f"--input-value {text!r}: expected NAME=V1,V2,... or NAME=FILE.npy, e.g. axes=1")
+    if values.endswith(".npy"):
+        try:
+            return name, np.load(values)
+        except (OSError, ValueError) as err:
+            raise UserError(f"--input-value {name}: cannot read {values}: {err}") from None
+    parsed = []
+    for token in values.split(","):
+        try:
+            parsed.append(int(token))
+        except ValueError:
+            try:
+                parsed.append(float(token))
+            except ValueError:
+                raise UserError(f"--input-value {text!r}: {token!r} is not a number") from None
+    return name, parsed
+
+
+def _input_values(args):
+    return dict(_parse_value_arg(s) for s in args.input_value or []) or None
+
+
 def _load_inputs(specs, module):
     """--input values: NAME=file.npy, or one .npz holding every input by name."""
     from xcomp.errors import InputError
@@ -106,7 +134,7 @@ def cmd_compile(args):
 
     model = _model_arg(args.model)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                           progress=not args.quiet)
+                           progress=not args.quiet, input_values=_input_values(args))
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -140,9 +168,16 @@ def _open_module(args):
 
     model = _model_arg(args.model)
     if isinstance(model, str) and model.endswith(".xc"):
-        return xcomp.load(model)
+        module = xcomp.load(model)
+        if args.input_value:
+            from xcomp.errors import UserError
+
+            fixed = ", ".join(f"{s.name}={list(s.value)}" for s in module.bound_inputs) or "none"
+            raise UserError(f"--input-value fixes inputs when compiling; {model} is compiled already (inputs it "
+                            f"fixed: {fixed})")
+        return module
     return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                         progress=not args.quiet)
+                         progress=not args.quiet, input_values=_input_values(args))
 
 
 def cmd_run(args):
@@ -181,12 +216,14 @@ def cmd_run(args):
 def cmd_info(args):
     from xcomp.inspect_model import describe
 
-    info = describe(_model_arg(args.model), target=args.target, input_shapes=_input_shapes(args))
+    info = describe(_model_arg(args.model), target=args.target, input_shapes=_input_shapes(args),
+                    input_values=_input_values(args))
     if args.json:
         return info
     print(f"model {info['model']}  opset {info['opset']}  target {info['target']}")
     for s in info["inputs"]:
-        print(f"  input  {s['name']}: {s['dtype']}{s['shape']}")
+        fixed = f" = {s['value']} (fixed by --input-value)" if "value" in s else ""
+        print(f"  input  {s['name']}: {s['dtype']}{s['shape']}{fixed}")
     for s in info.get("outputs", []):
         print(f"  output {s['name']}: {s['dtype']}{s['shape']}")
     print("\nops:")
@@ -194,6 +231,9 @@ def cmd_info(args):
     if info["unsupported"]:
         print(f"\nunsupported ({len(info['unsupported'])} node(s)):")
         print(_table([(u["node"], u["op"], u["opset"]) for u in info["unsupported"]], ["node", "op", "opset"]))
+        return None
+    if "needs_input_values" in info:
+        print(f"\nall ops supported, but {info['needs_input_values']['message']}")
         return None
     rows = [(g["kind"], g["key"], g["count"], g.get("flops_expr") or _fmt_flops(g["flops"]),
              _fmt_flops(g["bytes"]) + "B", g["signature"]) for g in info["groups"]]
@@ -263,7 +303,8 @@ def cmd_tune(args):
     runner = _make_runner(args)
     result = xcomp.tune(_model_arg(args.model), target=args.target, db=args.db, trials=args.trials,
                         time_budget_s=_parse_duration(args.time) if args.time else None,
-                        input_shapes=_input_shapes(args), seed=args.seed, progress=not args.quiet, runner=runner)
+                        input_shapes=_input_shapes(args), input_values=_input_values(args), seed=args.seed,
+                        progress=not args.quiet, runner=runner)
     bundle = args.runner == "bundle"
     if bundle:
         result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending}
@@ -333,7 +374,7 @@ def cmd_conformance(args):
     s = doc["summary"]
     print(f"{s['cases']} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(s["verdicts"].items())))
     print(f"onnxruntime passes {s['onnxruntime_pass']}; xcomp passes {s['xcomp_pass_where_onnxruntime_passes']} "
-          "of those")
+          f"of those ({s['xcomp_pass_with_fixed_inputs']} of xcomp's passes with inputs fixed by --input-value)")
     if args.markdown:
         print(f"table by op type written to {args.markdown}")
     return None
@@ -358,8 +399,8 @@ def _bench_report(args, targets):
     detail = bool(args.report)
     report = collect_report(_model_arg(args.model), targets=targets,
                             baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
-                            db=args.db, results=args.results or [], warmup=args.warmup, repeat=args.repeat,
-                            seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet,
+                            input_values=_input_values(args), db=args.db, results=args.results or [],
+                            warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet,
                             profile_groups=detail, blas=detail)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
@@ -424,6 +465,9 @@ def build_parser():
                            help="specialize an input's symbolic dims, e.g. data=1,3,224,224 (repeatable; "
                                 "default: they stay symbolic and one module serves every size; `run` of a "
                                 ".xc: the size of random inputs, symbolic dims otherwise 1)")
+            p.add_argument("--input-value", action="append", metavar="NAME=V1,V2,...|NAME=FILE.npy",
+                           help="fix an input that sets shapes (a ReduceSum's axes, a Resize's scales) to this "
+                                "value at compile time; compile names the inputs that need one (repeatable)")
 
     p = sub.add_parser("compile", help="compile a model to a .xc module file",
                        description="Compile an ONNX model for a target and save it as one .xc file.")

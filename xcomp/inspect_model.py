@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from xcomp.errors import UnsupportedOpError
+from xcomp.frontends.input_values import InputValuesRequired
 
 
-def describe(model, target="cpu", input_shapes=None) -> dict:
+def describe(model, target="cpu", input_shapes=None, input_values=None) -> dict:
     """A JSON-ready description: inputs, outputs, op histogram, unsupported nodes, operator groups."""
     from xcomp.backends import get_backend
     from xcomp.frontends import onnx as fe
@@ -29,10 +30,15 @@ def describe(model, target="cpu", input_shapes=None) -> dict:
     if result["unsupported"]:
         return result
     try:
-        imported = fe.load_onnx(proto, input_shapes)
+        imported = fe.load_onnx(proto, input_shapes, input_values)
+    except InputValuesRequired as err:  # supported once these values are given
+        result["needs_input_values"] = {"inputs": err.inputs, "message": str(err)}
+        return result
     except UnsupportedOpError as err:  # a converter refused a node the op table allowed
         result["unsupported"] = [{"node": n, "op": o, "opset": v} for n, o, v in err.nodes]
         return result
+    fixed = {s.name: s.to_dict() for s in imported.bound_inputs}
+    result["inputs"] = [fixed.get(s["name"], s) for s in result["inputs"]]
     result["outputs"] = [s.to_dict() for s in imported.outputs]
     _, groups = partition(imported.mod, backend.spec)
     terms = []

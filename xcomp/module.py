@@ -24,14 +24,16 @@ class Module:
     """A model compiled for one target.
 
     `m(x)` / `m(x, y)` / `m(name=x)` run it on numpy arrays and return one array (one output) or a list;
-    `m.run({name: array})` returns {output name: array}. `m.inputs` / `m.outputs` give the signature.
+    `m.run({name: array})` returns {output name: array}. `m.inputs` / `m.outputs` give the signature;
+    `m.bound_inputs` the inputs fixed at compile time (input_values), which a call may leave out or repeat.
     """
 
-    def __init__(self, executable, backend, inputs, outputs, groups=(), info=None):
+    def __init__(self, executable, backend, inputs, outputs, groups=(), info=None, bound_inputs=()):
         self._executable = executable
         self._backend = backend
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        self.bound_inputs = list(bound_inputs)
         self.groups = list(groups)
         self.info = dict(info or {})
         self._vm = None
@@ -53,6 +55,8 @@ class Module:
 
     def __repr__(self):
         sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+        sig += "".join(f", {s.name}={list(s.value) if len(s.value) <= 8 else '...'} (fixed)"
+                       for s in self.bound_inputs)
         out = ", ".join(f"{s.dtype}{list(s.shape)}" for s in self.outputs)
         return f"<xcomp.Module {self.info.get('model_name', '')!r} target={self.target} ({sig}) -> ({out})>"
 
@@ -74,9 +78,15 @@ class Module:
         """Positional/named arguments -> arrays in input order, each checked against the signature."""
         names = [s.name for s in self.inputs]
         if len(args) > len(names):
-            raise InputError(f"the model takes {len(names)} input(s) {names}, got {len(args)} positional arguments")
+            fixed = f" ({[s.name for s in self.bound_inputs]} fixed at compile time)" if self.bound_inputs else ""
+            raise InputError(f"the model takes {len(names)} input(s) {names}{fixed}, got {len(args)} positional "
+                             "arguments")
         given = dict(zip(names, args))
+        bound = {s.name: s for s in self.bound_inputs}
         for name, value in kwargs.items():
+            if name in bound:
+                bound[name].check_value(np.asarray(value))
+                continue
             if name not in names:
                 raise InputError(f"unknown input {name!r}; the model's inputs are {names}")
             if name in given:
@@ -119,7 +129,8 @@ class Module:
         return {spec.name: out for spec, out in zip(self.outputs, outs)}
 
     def random_inputs(self, seed: int = 0, input_shapes: dict | None = None) -> dict:
-        """Inputs of the right shapes and dtypes (standard normal floats; small non-negative ints). A symbolic dim
+        """Inputs of the right shapes and dtypes (standard normal floats; small non-negative ints), and the bound
+        inputs' fixed values: a whole feed of the model, for this module and for onnxruntime alike. A symbolic dim
         takes its size from `input_shapes` ({input name: shape}, checked against the signature), else 1."""
         rng = np.random.default_rng(seed)
         input_shapes = dict(input_shapes or {})
@@ -133,6 +144,8 @@ class Module:
                 out[spec.name] = rng.integers(0, 2, shape).astype(bool)
             else:
                 out[spec.name] = rng.integers(0, 4, shape).astype(spec.dtype)
+        for spec in self.bound_inputs:
+            out[spec.name] = spec.value_array()
         return out
 
     def benchmark(self, inputs: dict | None = None, warmup: int = 3, repeat: int = 30) -> dict:
@@ -175,6 +188,7 @@ class Module:
             "hardware": self.spec.to_dict(),
             "hardware_fingerprint": self.spec.fingerprint(),
             "inputs": [s.to_dict() for s in self.inputs],
+            "bound_inputs": [s.to_dict() for s in self.bound_inputs],
             "outputs": [s.to_dict() for s in self.outputs],
             "groups": [g.to_dict() for g in self.groups],
             "info": self.info,
@@ -286,4 +300,5 @@ def load(path) -> Module:
         outputs=[TensorSpec.from_dict(d) for d in meta["outputs"]],
         groups=groups,
         info=meta.get("info", {}),
+        bound_inputs=[TensorSpec.from_dict(d) for d in meta.get("bound_inputs", [])],
     )

@@ -103,7 +103,7 @@ def build_executable(mod, backend):
         ) from err
 
 
-def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True):
+def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None):
     """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
     their fastest measured config, the rest their template default."""
     from xcomp.backends import get_backend
@@ -116,7 +116,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         t0 = time.perf_counter()
         backend = get_backend(target)
         steps.set_postfix_str("import")
-        imported = load_onnx(model, input_shapes)
+        imported = load_onnx(model, input_shapes, input_values)
         timings["import_s"] = time.perf_counter() - t0
         steps.update()
 
@@ -157,6 +157,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
             "notes": notes + _schedule_notes(groups, choices),
         },
+        bound_inputs=imported.bound_inputs,
     )
 
 

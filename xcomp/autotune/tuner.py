@@ -54,7 +54,7 @@ class Task:
         return self.count * (0.5 * backward + 0.5 * forward)
 
 
-def model_tasks(model, backend, input_shapes):
+def model_tasks(model, backend, input_shapes, input_values=None):
     """(one tuning Task per unique operator group of `model` for `backend`, [unique groups left untuned]).
 
     A group with a symbolic dim is left untuned: its generic schedule serves every size, and a measured time
@@ -65,7 +65,7 @@ def model_tasks(model, backend, input_shapes):
     from xcomp.frontends import load_onnx
     from xcomp.partition import partition, unique_groups
 
-    imported = load_onnx(model, input_shapes)
+    imported = load_onnx(model, input_shapes, input_values)
     _, groups = partition(imported.mod, backend.spec)
     tasks, symbolic = [], []
     for rep, count in unique_groups(groups).values():
@@ -308,7 +308,7 @@ def summary(tasks) -> list:
 
 
 def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
-               seed=0, progress=True, runner=None) -> dict:
+               seed=0, progress=True, runner=None, input_values=None) -> dict:
     from xcomp.backends import get_backend
 
     backend = get_backend(target)
@@ -318,7 +318,7 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
     with TuningDB(db_path) as db:
         if runner is not None:
             runner.begin(db)
-        tasks, symbolic = model_tasks(model, backend, input_shapes)
+        tasks, symbolic = model_tasks(model, backend, input_shapes, input_values)
         tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
         rows = summary(tasks)

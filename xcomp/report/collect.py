@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 
+import numpy as np
+
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
@@ -17,7 +19,7 @@ def runs_here(target: str) -> bool:
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
-                   profile_groups=True, blas=True) -> dict:
+                   profile_groups=True, blas=True, input_values=None) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts)."""
     from xcomp.backends import get_backend
@@ -30,7 +32,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     from .tuning import tuning_curves
 
     created = _now()
-    inputs = _inputs(model, input_shapes)  # reads the model first: a bad model fails with a clear error
+    inputs = _inputs(model, input_shapes, input_values)  # reads the model first: a bad model fails with a clear error
     model_info = model_identity(model, model_label or (model if isinstance(model, str) else "<in memory>"))
     model_info["inputs"] = inputs
     names = []
@@ -43,7 +45,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     if not here and baselines:
         notes.append("no target runs on this machine, so no baseline was timed (baselines are timed interleaved "
                      "with a target measured here; add -t cpu)")
-    target_entries, baseline_entries, blas = measure(model, here, list(baselines), input_shapes=input_shapes, db=db,
+    target_entries, baseline_entries, blas = measure(model, here, list(baselines), input_shapes=input_shapes,
+                                                     input_values=input_values, db=db,
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
                                                      progress=progress) if here else ([], [], [])
@@ -51,7 +54,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     by_name = {e["target"]: e for e in target_entries + other_targets}
     for name in names:
         if name not in by_name:
-            by_name[name] = predict_target(model, name, input_shapes,
+            by_name[name] = predict_target(model, name, input_shapes, input_values=input_values,
                                            reason="no such device on this machine and no --results file measured it")
     ordered = [by_name[n] for n in names] + [e for n, e in by_name.items() if n not in names]
     report = {
@@ -76,8 +79,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     return report
 
 
-def _inputs(model, input_shapes) -> list:
-    """The model's inputs with the shapes this run used."""
+def _inputs(model, input_shapes, input_values) -> list:
+    """The model's inputs with the shapes this run used, and the values of those fixed at compile time."""
     import onnx
 
     from xcomp.frontends.onnx import _read_proto
@@ -94,4 +97,6 @@ def _inputs(model, input_shapes) -> list:
             dims = list(input_shapes[vi.name])
         out.append({"name": vi.name, "shape": dims,
                     "dtype": onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name})
+        if input_values and vi.name in input_values:
+            out[-1]["value"] = np.asarray(input_values[vi.name]).tolist()
     return out

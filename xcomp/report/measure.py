@@ -71,7 +71,7 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
-            profile_groups=True, blas=True, progress=True):
+            profile_groups=True, blas=True, progress=True, input_values=None):
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes."""
     import xcomp
     from xcomp.bench import OnnxRuntimeBaseline, _serialized, interleaved_samples
@@ -81,7 +81,8 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
     modules, entries = {}, {}
     for target in targets:
         t0 = time.perf_counter()
-        module = xcomp.compile(model, target=target, input_shapes=input_shapes, tune_db=db, progress=progress)
+        module = xcomp.compile(model, target=target, input_shapes=input_shapes, tune_db=db, progress=progress,
+                               input_values=input_values)
         compile_s = time.perf_counter() - t0
         modules[target] = module
         entries[target] = {"compile_s": compile_s}

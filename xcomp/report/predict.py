@@ -53,7 +53,7 @@ def predict_groups(groups, spec) -> list:
     return rows
 
 
-def predict_target(model, target: str, input_shapes=None, reason: str = "") -> dict:
+def predict_target(model, target: str, input_shapes=None, reason: str = "", input_values=None) -> dict:
     """A report target entry with status 'predicted' (no latency field is ever filled from a prediction)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
@@ -61,7 +61,7 @@ def predict_target(model, target: str, input_shapes=None, reason: str = "") -> d
 
     backend = get_backend(target)
     spec = backend.spec
-    imported = load_onnx(model, input_shapes)
+    imported = load_onnx(model, input_shapes, input_values)
     _mod, groups = partition(imported.mod, spec)
     rows = predict_groups(groups, spec)
     notes = []

@@ -1,0 +1,184 @@
+"""Inputs that set shapes (a ReduceSum's axes, a Resize's scales, a Slice's starts) fixed at compile time with
+input_values / --input-value; and converters that mend or refuse what TVM's importer gets wrong."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model, ort_run
+from xcomp.frontends.input_values import InputValuesRequired
+
+
+def _reduce_sum_model():
+    """ReduceSum-13 whose axes are a graph input, as ONNX's node tests and some exporters write it."""
+    return make_model(
+        [helper.make_node("ReduceSum", ["data", "axes"], ["y"], name="sum_rows", keepdims=0)],
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [3, 4, 5]),
+         helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], opset=13)
+
+
+def _data():
+    return np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+
+
+def test_compile_names_the_inputs_it_needs_and_how_to_give_them():
+    with pytest.raises(InputValuesRequired) as info:
+        xcomp.compile(_reduce_sum_model())
+    err = info.value
+    assert isinstance(err, xcomp.UnsupportedOpError) and err.inputs.keys() == {"axes"}
+    assert err.nodes == [("sum_rows", "ReduceSum", 13)]
+    text = str(err)
+    assert "'axes' of ReduceSum node sum_rows" in text and "--input-value axes=" in text and "input_values=" in text
+
+
+def test_fixed_input_matches_onnxruntime_and_is_checked(tmp_path):
+    model = _reduce_sum_model()
+    module = xcomp.compile(model, input_values={"axes": [1]})
+    feed = {"data": _data(), "axes": np.array([1], np.int64)}
+    assert_matches_ort(module, model, feed)
+    assert [s.name for s in module.inputs] == ["data"] and module.bound_inputs[0].value == (1,)
+    np.testing.assert_allclose(module(_data()), feed["data"].sum(axis=1), rtol=1e-5)  # may be left out
+    assert "axes=[1] (fixed)" in repr(module)
+    with pytest.raises(xcomp.InputError, match=r"'axes' was fixed to \[1\] at compile time.*got \[2\]"):
+        module.run({**feed, "axes": np.array([2], np.int64)})
+    loaded = xcomp.load(module.save(tmp_path / "m.xc"))
+    np.testing.assert_array_equal(loaded.run(feed)["y"], module.run(feed)["y"])
+    with pytest.raises(xcomp.InputError, match="fixed to"):
+        loaded.run({**feed, "axes": np.array([0], np.int64)})
+    assert set(loaded.random_inputs()) == {"data", "axes"}  # a whole feed, for onnxruntime too
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"axes": [1.5]}, "the input is int64, got"),
+    ({"axes": [1, 2]}, "has shape [1] (1 values), got 2 value(s)"),
+    ({"nope": [1]}, "names 'nope', but the model's inputs are ['axes', 'data']"),
+])
+def test_bad_values_are_input_errors(values, message):
+    with pytest.raises(xcomp.InputError) as info:
+        xcomp.compile(_reduce_sum_model(), input_values=values)
+    assert message in str(info.value)
+
+
+def test_slice_with_runtime_bounds_compiles_once_they_are_given():
+    """TVM took a Slice with starts/ends as graph inputs and failed in the build (no shape function)."""
+    model = make_model(
+        [helper.make_node("Slice", ["x", "starts", "ends"], ["y"], name="cut")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 4]),
+         helper.make_tensor_value_info("starts", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("ends", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], opset=13)
+    with pytest.raises(InputValuesRequired) as info:
+        xcomp.compile(model)
+    assert set(info.value.inputs) == {"starts", "ends"} and len(info.value.nodes) == 1
+    feed = {"x": np.arange(24, dtype=np.float32).reshape(6, 4), "starts": np.array([1]), "ends": np.array([4])}
+    module = xcomp.compile(model, input_values={"starts": [1], "ends": [4]})
+    assert_matches_ort(module, model, feed)
+
+
+def _run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_input_value(tmp_path):
+    path = str(tmp_path / "rsum.onnx")
+    onnx.save(_reduce_sum_model(), path)
+    refused = _run_cli("compile", path, "-q", "-o", str(tmp_path / "x.xc"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "--input-value axes=" in refused.stderr
+    info = json.loads(_run_cli("info", path, "--json").stdout)
+    assert info["needs_input_values"]["inputs"] == {"axes": ["'axes' of ReduceSum node sum_rows"]}
+    out = str(tmp_path / "rsum.xc")
+    done = _run_cli("compile", path, "-q", "-o", out, "--input-value", "axes=2")
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(_run_cli("run", out, "--json").stdout)
+    assert ran["outputs"]["y"]["shape"] == [3, 4]
+    again = _run_cli("run", out, "--input-value", "axes=1")
+    assert again.returncode == 1 and "compiled already (inputs it fixed: axes=[2])" in again.stderr
+    bad = _run_cli("compile", path, "-q", "--input-value", "axes=one")
+    assert bad.returncode == 1 and "'one' is not a number" in bad.stderr
+
+
+# -- converters that mend or refuse ---------------------------------------------------------------------------
+
+
+def _resize_model(scales, antialias=0, mode="linear", size=(1, 1, 4, 4)):
+    scales_init = onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")
+    return make_model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=mode, antialias=antialias)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(size))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [scales_init], opset=19)
+
+
+def test_resize_that_tvm_would_get_wrong_is_refused():
+    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional."""
+    with pytest.raises(xcomp.UnsupportedOpError, match="scale 0.6 of an axis of size 4: the output size 2"):
+        xcomp.compile(_resize_model([1, 1, 0.6, 0.6]))
+    with pytest.raises(xcomp.UnsupportedOpError, match="antialias=1 when downsampling"):
+        xcomp.compile(_resize_model([1, 1, 0.5, 0.5], antialias=1))
+    for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay, and are right
+        model = _resize_model(scales, antialias)
+        x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+        assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("dtype,shape", [(TensorProto.FLOAT, [2, 0, 3]), (TensorProto.INT32, [2, 0, 3]),
+                                         (TensorProto.BOOL, [2, 4, 3])])
+def test_reduce_max_min_over_nothing_and_of_bool(op, dtype, shape):
+    """Over an empty axis TVM left the output unwritten (garbage); of bool it had no max/min at all."""
+    axes = onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")
+    model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)],
+                       [helper.make_tensor_value_info("x", dtype, shape)],
+                       [helper.make_tensor_value_info("y", dtype, [None] * 3)], [axes], opset=20)
+    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    x = (np.random.default_rng(2).standard_normal(shape) > 0).astype(np_dtype) if dtype == TensorProto.BOOL else \
+        np.zeros(shape, np_dtype)
+    got = xcomp.compile(model).run({"x": x})["y"]
+    want = ort_run(model, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_constant_with_scalar_and_list_attributes():
+    nodes = [helper.make_node("Constant", [], ["f"], value_float=2.5),
+             helper.make_node("Constant", [], ["fs"], value_floats=[1.0, -1.0, 0.5]),
+             helper.make_node("Constant", [], ["shape"], value_ints=[3, 1]),
+             helper.make_node("Mul", ["x", "f"], ["a"]),
+             helper.make_node("Add", ["a", "fs"], ["b"]),
+             helper.make_node("Reshape", ["b", "shape"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1])])
+    x = np.array([1, 2, 3], np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_shape_computed_from_static_dims_folds():
+    """Shape -> Size -> Sub -> ConstantOfShape -> Concat -> Reshape, as ONNX's expanded LayerNormalization writes
+    it: TVM refused Size of a shape expression, and a computed Reshape target; static dims now fold to constants."""
+    const = lambda name, value: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, np.int64)))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Size", ["shape"], ["rank"]),
+        const("one", [1]), const("zero", [0]), const("axes", [1, 2]),
+        helper.make_node("Sub", ["rank", "one"], ["count"]),
+        helper.make_node("ConstantOfShape", ["count"], ["suffix"],
+                         value=onnx.numpy_helper.from_array(np.array([1], np.int64))),
+        helper.make_node("Slice", ["shape", "zero", "one"], ["prefix"]),
+        helper.make_node("Concat", ["prefix", "suffix"], ["target"], axis=0),
+        helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0),
+        helper.make_node("Reshape", ["mean", "target"], ["y"]),
+    ]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 1])], opset=18)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
