@@ -438,6 +438,29 @@ def convert_prelu(bb, inputs, attrs, opset, stock):
     return relax.op.where(negative, relax.op.multiply(data, slope), data)
 
 
+# -- LayerNormalization -----------------------------------------------------------------------------------------
+
+
+def convert_layer_norm(bb, inputs, attrs, opset, stock):
+    """TVM's LayerNormalization computes Y only: its Mean and InvStdDev outputs are scalar zeros. When the node
+    asks for them, they are computed here in the stash type (float32), over the normalized axes, kept as size-1
+    dims as the spec says; Y stays TVM's fused layer_norm."""
+    relax = _relax()
+    result = stock()
+    context = attrs.get("tvm_custom", {}).get("xcomp")
+    rank = inputs[0].ty.ndim
+    wanted = context is None or any(context.node.output[1:])  # (None: inside an If branch, node unknown)
+    if not wanted or rank < 0 or not isinstance(result, relax.Tuple):
+        return result
+    data = inputs[0] if _dtype(inputs[0]) == "float32" else relax.op.astype(inputs[0], "float32")
+    axes = list(range(attrs.get("axis", -1) % rank, rank))
+    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
+    centered = bb.normalize(relax.op.subtract(data, mean))
+    variance = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+    epsilon = relax.const(attrs.get("epsilon", 1e-5), "float32")
+    return relax.Tuple([result.fields[0], mean, relax.op.rsqrt(relax.op.add(variance, epsilon))])
+
+
 # -- Expand -----------------------------------------------------------------------------------------------------
 
 
@@ -541,6 +564,7 @@ def _reduce_extreme(extreme):
 
 
 CONVERTERS = {
+    "LayerNormalization": convert_layer_norm,
     "Expand": convert_expand,
     "Resize": convert_resize,
     "ReduceMax": _reduce_extreme("max"),

@@ -1,5 +1,5 @@
 """Inputs that set shapes (a ReduceSum's axes, a Resize's scales, a Slice's starts) fixed at compile time with
-input_values / --input-value; and converters that mend or refuse what TVM's importer gets wrong."""
+input_values / --input-value."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import xcomp
-from conftest import assert_matches_ort, make_model, ort_run
+from conftest import assert_matches_ort, make_model
 from xcomp.frontends.input_values import InputValuesRequired
 
 
@@ -105,80 +105,3 @@ def test_cli_input_value(tmp_path):
     assert again.returncode == 1 and "compiled already (inputs it fixed: axes=[2])" in again.stderr
     bad = _run_cli("compile", path, "-q", "--input-value", "axes=one")
     assert bad.returncode == 1 and "'one' is not a number" in bad.stderr
-
-
-# -- converters that mend or refuse ---------------------------------------------------------------------------
-
-
-def _resize_model(scales, antialias=0, mode="linear", size=(1, 1, 4, 4)):
-    scales_init = onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")
-    return make_model(
-        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=mode, antialias=antialias)],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(size))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [scales_init], opset=19)
-
-
-def test_resize_that_tvm_would_get_wrong_is_refused():
-    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional."""
-    with pytest.raises(xcomp.UnsupportedOpError, match="scale 0.6 of an axis of size 4: the output size 2"):
-        xcomp.compile(_resize_model([1, 1, 0.6, 0.6]))
-    with pytest.raises(xcomp.UnsupportedOpError, match="antialias=1 when downsampling"):
-        xcomp.compile(_resize_model([1, 1, 0.5, 0.5], antialias=1))
-    for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay, and are right
-        model = _resize_model(scales, antialias)
-        x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
-        assert_matches_ort(xcomp.compile(model), model, {"x": x})
-
-
-@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
-@pytest.mark.parametrize("dtype,shape", [(TensorProto.FLOAT, [2, 0, 3]), (TensorProto.INT32, [2, 0, 3]),
-                                         (TensorProto.BOOL, [2, 4, 3])])
-def test_reduce_max_min_over_nothing_and_of_bool(op, dtype, shape):
-    """Over an empty axis TVM left the output unwritten (garbage); of bool it had no max/min at all."""
-    axes = onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")
-    model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)],
-                       [helper.make_tensor_value_info("x", dtype, shape)],
-                       [helper.make_tensor_value_info("y", dtype, [None] * 3)], [axes], opset=20)
-    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
-    x = (np.random.default_rng(2).standard_normal(shape) > 0).astype(np_dtype) if dtype == TensorProto.BOOL else \
-        np.zeros(shape, np_dtype)
-    got = xcomp.compile(model).run({"x": x})["y"]
-    want = ort_run(model, {"x": x})[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-
-
-def test_constant_with_scalar_and_list_attributes():
-    nodes = [helper.make_node("Constant", [], ["f"], value_float=2.5),
-             helper.make_node("Constant", [], ["fs"], value_floats=[1.0, -1.0, 0.5]),
-             helper.make_node("Constant", [], ["shape"], value_ints=[3, 1]),
-             helper.make_node("Mul", ["x", "f"], ["a"]),
-             helper.make_node("Add", ["a", "fs"], ["b"]),
-             helper.make_node("Reshape", ["b", "shape"], ["y"])]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1])])
-    x = np.array([1, 2, 3], np.float32)
-    assert_matches_ort(xcomp.compile(model), model, {"x": x})
-
-
-def test_shape_computed_from_static_dims_folds():
-    """Shape -> Size -> Sub -> ConstantOfShape -> Concat -> Reshape, as ONNX's expanded LayerNormalization writes
-    it: TVM refused Size of a shape expression, and a computed Reshape target; static dims now fold to constants."""
-    const = lambda name, value: helper.make_node(  # noqa: E731
-        "Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, np.int64)))
-    nodes = [
-        helper.make_node("Shape", ["x"], ["shape"]),
-        helper.make_node("Size", ["shape"], ["rank"]),
-        const("one", [1]), const("zero", [0]), const("axes", [1, 2]),
-        helper.make_node("Sub", ["rank", "one"], ["count"]),
-        helper.make_node("ConstantOfShape", ["count"], ["suffix"],
-                         value=onnx.numpy_helper.from_array(np.array([1], np.int64))),
-        helper.make_node("Slice", ["shape", "zero", "one"], ["prefix"]),
-        helper.make_node("Concat", ["prefix", "suffix"], ["target"], axis=0),
-        helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0),
-        helper.make_node("Reshape", ["mean", "target"], ["y"]),
-    ]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 1])], opset=18)
-    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
-    assert_matches_ort(xcomp.compile(model), model, {"x": x})

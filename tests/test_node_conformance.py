@@ -25,7 +25,6 @@ UNSUPPORTED_OPS = {
     "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
 }
 KNOWN_WRONG = {
-    "LayerNormalization": "axis=0 case: TVM's importer returns a differently shaped Mean/InvStdDev output",
     "NonMaxSuppression": "data-dependent output shape: the importer keeps the max shape, not the selected rows",
 }
 

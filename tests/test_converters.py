@@ -1,0 +1,101 @@
+"""Converters and import rewrites that mend, or refuse, what TVM's importer gets wrong; each checked against
+onnxruntime (frontends/converters.py, frontends/onnx.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model, ort_run
+
+
+def _resize_model(scales, antialias=0, mode="linear", size=(1, 1, 4, 4)):
+    scales_init = onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")
+    return make_model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=mode, antialias=antialias)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(size))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [scales_init], opset=19)
+
+
+def test_resize_that_tvm_would_get_wrong_is_refused():
+    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional."""
+    with pytest.raises(xcomp.UnsupportedOpError, match="scale 0.6 of an axis of size 4: the output size 2"):
+        xcomp.compile(_resize_model([1, 1, 0.6, 0.6]))
+    with pytest.raises(xcomp.UnsupportedOpError, match="antialias=1 when downsampling"):
+        xcomp.compile(_resize_model([1, 1, 0.5, 0.5], antialias=1))
+    for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay, and are right
+        model = _resize_model(scales, antialias)
+        x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+        assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("dtype,shape", [(TensorProto.FLOAT, [2, 0, 3]), (TensorProto.INT32, [2, 0, 3]),
+                                         (TensorProto.BOOL, [2, 4, 3])])
+def test_reduce_max_min_over_nothing_and_of_bool(op, dtype, shape):
+    """Over an empty axis TVM left the output unwritten (garbage); of bool it had no max/min at all."""
+    axes = onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")
+    model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)],
+                       [helper.make_tensor_value_info("x", dtype, shape)],
+                       [helper.make_tensor_value_info("y", dtype, [None] * 3)], [axes], opset=20)
+    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    x = (np.random.default_rng(2).standard_normal(shape) > 0).astype(np_dtype) if dtype == TensorProto.BOOL else \
+        np.zeros(shape, np_dtype)
+    got = xcomp.compile(model).run({"x": x})["y"]
+    want = ort_run(model, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_constant_with_scalar_and_list_attributes():
+    nodes = [helper.make_node("Constant", [], ["f"], value_float=2.5),
+             helper.make_node("Constant", [], ["fs"], value_floats=[1.0, -1.0, 0.5]),
+             helper.make_node("Constant", [], ["shape"], value_ints=[3, 1]),
+             helper.make_node("Mul", ["x", "f"], ["a"]),
+             helper.make_node("Add", ["a", "fs"], ["b"]),
+             helper.make_node("Reshape", ["b", "shape"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1])])
+    x = np.array([1, 2, 3], np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_shape_computed_from_static_dims_folds():
+    """Shape -> Size -> Sub -> ConstantOfShape -> Concat -> Reshape, as ONNX's expanded LayerNormalization writes
+    it: TVM refused Size of a shape expression, and a computed Reshape target; static dims now fold to constants."""
+    const = lambda name, value: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, np.int64)))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Size", ["shape"], ["rank"]),
+        const("one", [1]), const("zero", [0]), const("axes", [1, 2]),
+        helper.make_node("Sub", ["rank", "one"], ["count"]),
+        helper.make_node("ConstantOfShape", ["count"], ["suffix"],
+                         value=onnx.numpy_helper.from_array(np.array([1], np.int64))),
+        helper.make_node("Slice", ["shape", "zero", "one"], ["prefix"]),
+        helper.make_node("Concat", ["prefix", "suffix"], ["target"], axis=0),
+        helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0),
+        helper.make_node("Reshape", ["mean", "target"], ["y"]),
+    ]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 1])], opset=18)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("axis,outputs", [(-1, 3), (1, 3), (0, 3), (-1, 1)])
+def test_layer_normalization_mean_and_inv_std_dev(axis, outputs):
+    """TVM returned scalar zeros for Mean and InvStdDev; with one output Y stays TVM's fused layer_norm."""
+    rng = np.random.default_rng(4)
+    shape = [2, 3, 4]
+    normalized = shape[axis % 3:]
+    init = [onnx.numpy_helper.from_array(rng.standard_normal(normalized).astype(np.float32), n) for n in "WB"]
+    names = ["y", "mean", "inv_std"][:outputs]
+    model = make_model([helper.make_node("LayerNormalization", ["x", "W", "B"], names, axis=axis, epsilon=1e-3)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None] * 3) for n in names], init)
+    x = rng.standard_normal(shape).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
