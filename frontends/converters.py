@@ -461,6 +461,84 @@ def convert_layer_norm(bb, inputs, attrs, opset, stock):
     return relax.Tuple([result.fields[0], mean, relax.op.rsqrt(relax.op.add(variance, epsilon))])
 
 
+# -- BatchNormalization, IsInf, Pow, NonMaxSuppression: attributes and dtypes TVM's converters pass over ------
+
+
+def convert_batch_norm(bb, inputs, attrs, opset, stock):
+    """training_mode=1 normalizes with the batch's own statistics and outputs updated running ones. TVM's
+    converter passes the flag on, but DecomposeOpsForInference then uses the running statistics: wrong numbers.
+    That mode is computed here; inference stays TVM's (folded into the conv before it)."""
+    if not attrs.get("training_mode", 0):
+        return stock()
+    relax = _relax()
+    data, scale, bias, running_mean, running_var = inputs[:5]
+    rank = data.ty.ndim
+    if rank < 2:
+        raise NotImplementedError("BatchNormalization training_mode=1 of an input of unknown rank")
+    axes = [0, *range(2, rank)]
+    per_channel = [1, -1] + [1] * (rank - 2)
+    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
+    centered = bb.normalize(relax.op.subtract(data, mean))
+    variance = bb.normalize(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
+    dtype = _dtype(data)
+    epsilon, momentum = (relax.const(attrs.get(k, d), dtype) for k, d in (("epsilon", 1e-5), ("momentum", 0.9)))
+    normalized = relax.op.multiply(centered, relax.op.rsqrt(relax.op.add(variance, epsilon)))
+    y = relax.op.add(relax.op.multiply(normalized, relax.op.reshape(scale, per_channel)),
+                     relax.op.reshape(bias, per_channel))
+    keep = relax.op.subtract(relax.const(1, dtype), momentum)
+
+    def updated(running, current):
+        return relax.op.add(relax.op.multiply(running, momentum),
+                            relax.op.multiply(relax.op.reshape(current, [-1]), keep))
+
+    return relax.Tuple([y, updated(running_mean, mean), updated(running_var, variance)])
+
+
+def convert_is_inf(bb, inputs, attrs, opset, stock):
+    """TVM's IsInf ignores detect_positive / detect_negative (it flagged -inf when asked for +inf only)."""
+    relax = _relax()
+    positive, negative = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    if positive and negative:
+        return stock()
+    data = inputs[0]
+    zero = relax.const(0, _dtype(data))
+    sign = relax.op.greater(data, zero) if positive else relax.op.less(data, zero) if negative else \
+        relax.op.not_equal(data, data)  # neither: never true for an infinity
+    return relax.op.logical_and(relax.op.isinf(data), sign)
+
+
+def convert_pow(bb, inputs, attrs, opset, stock):
+    """Pow's exponent may have another type than its base, and both may be integers; TVM's power wants one
+    float type. The result has the base's type (the spec): integers are raised in float64 (exact for the
+    magnitudes an int64 holds in 53 bits), a float base takes the exponent in its own type."""
+    relax = _relax()
+    base, exponent = inputs[0], inputs[1]
+    base_type, exponent_type = _dtype(base), _dtype(exponent)
+    if base_type.startswith(("float", "bfloat")):
+        return stock() if exponent_type == base_type else relax.op.power(base, relax.op.astype(exponent, base_type))
+    power = relax.op.power(relax.op.astype(base, "float64"), relax.op.astype(exponent, "float64"))
+    return relax.op.astype(power, base_type)
+
+
+def convert_non_max_suppression(bb, inputs, attrs, opset, stock):
+    """TVM's converter reads max_output_boxes_per_class, iou_threshold and score_threshold only as constants,
+    and quietly takes 0 / 0.5 / none for anything else (no boxes at all came out). Computed ones are refused;
+    graph inputs are fixed at compile time (frontends/input_values.py). The IoU threshold is mended below."""
+    import tvm
+
+    names = {2: "max_output_boxes_per_class", 3: "iou_threshold", 4: "score_threshold"}
+    for position, name in names.items():
+        if position < len(inputs) and inputs[position] is not None and \
+                not isinstance(inputs[position], tvm.ir.GenericConst):
+            raise NotImplementedError(f"NonMaxSuppression with {name} computed in the graph: TVM needs a constant")
+    if len(inputs) <= 3 or inputs[3] is None:
+        return stock()
+    # ONNX suppresses a box whose IoU is above the threshold, TVM at or above: the next float32 up is the same
+    # test (a box at exactly the threshold was dropped)
+    threshold = np.nextafter(np.float32(_const_value(inputs[3]).item()), np.float32(np.inf))
+    return stock([*inputs[:3], _relax().const(threshold, "float32"), *inputs[4:]])
+
+
 # -- Expand -----------------------------------------------------------------------------------------------------
 
 
@@ -564,6 +642,10 @@ def _reduce_extreme(extreme):
 
 
 CONVERTERS = {
+    "BatchNormalization": convert_batch_norm,
+    "IsInf": convert_is_inf,
+    "Pow": convert_pow,
+    "NonMaxSuppression": convert_non_max_suppression,
     "LayerNormalization": convert_layer_norm,
     "Expand": convert_expand,
     "Resize": convert_resize,

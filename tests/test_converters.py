@@ -99,3 +99,78 @@ def test_layer_normalization_mean_and_inv_std_dev(axis, outputs):
                        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None] * 3) for n in names], init)
     x = rng.standard_normal(shape).astype(np.float32)
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_batch_normalization_in_training_mode():
+    """Normalizes with the batch's statistics and updates the running ones (TVM used the running ones)."""
+    rng = np.random.default_rng(5)
+    params = [onnx.numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+              [("scale", rng.random(3) + 0.5), ("bias", rng.standard_normal(3)), ("mean", rng.standard_normal(3)),
+               ("var", rng.random(3) + 0.5)]]
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "rmean", "rvar"],
+                            training_mode=1, momentum=0.8, epsilon=1e-3)
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 5]),
+                        helper.make_tensor_value_info("rmean", TensorProto.FLOAT, [3]),
+                        helper.make_tensor_value_info("rvar", TensorProto.FLOAT, [3])], params, opset=15)
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("positive,negative", [(1, 0), (0, 1), (0, 0), (1, 1)])
+def test_is_inf_detects_the_signs_asked_for(positive, negative):
+    model = make_model([helper.make_node("IsInf", ["x"], ["y"], detect_positive=positive, detect_negative=negative)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                       [helper.make_tensor_value_info("y", TensorProto.BOOL, [5])], opset=20)
+    x = np.array([np.inf, -np.inf, 0.0, np.nan, 1.0], np.float32)
+    np.testing.assert_array_equal(xcomp.compile(model).run({"x": x})["y"], ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("base,exponent", [(TensorProto.INT64, TensorProto.INT64),
+                                           (TensorProto.INT32, TensorProto.INT32),
+                                           (TensorProto.FLOAT, TensorProto.INT64)])
+def test_pow_of_integers_and_mixed_types(base, exponent):
+    model = make_model([helper.make_node("Pow", ["x", "e"], ["y"])],
+                       [helper.make_tensor_value_info("x", base, [4]),
+                        helper.make_tensor_value_info("e", exponent, [4])],
+                       [helper.make_tensor_value_info("y", base, [4])], opset=15)
+    feed = {"x": np.array([2, -3, 5, 7], onnx.helper.tensor_dtype_to_np_dtype(base)),
+            "e": np.array([3, 3, 0, 2], onnx.helper.tensor_dtype_to_np_dtype(exponent))}
+    got = xcomp.compile(model).run(feed)["y"]
+    want = ort_run(model, feed)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def _nms_model(threshold_input=False):
+    consts = [onnx.numpy_helper.from_array(np.array([3], np.int64), "max_boxes"),
+              onnx.numpy_helper.from_array(np.array([0.0], np.float32), "score_threshold")]
+    if not threshold_input:
+        consts.append(onnx.numpy_helper.from_array(np.array([0.5], np.float32), "iou"))
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_boxes", "iou", "score_threshold"],
+                              ["selected"])]
+    inputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4, 4]),
+              helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 4])]
+    if threshold_input:  # computed in the graph: the threshold doubled
+        inputs.append(helper.make_tensor_value_info("half", TensorProto.FLOAT, [1]))
+        nodes.insert(0, helper.make_node("Add", ["half", "half"], ["iou"]))
+    return make_model(nodes, inputs, [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])],
+                      consts, opset=11)
+
+
+def test_non_max_suppression_keeps_a_box_at_exactly_the_threshold():
+    """Boxes 0 and 1 overlap with IoU exactly 0.5: ONNX keeps both (suppresses above the threshold), TVM had
+    dropped box 1; box 2 overlaps box 0 by more and goes; box 3 stands alone."""
+    model = _nms_model()
+    boxes = np.array([[[0, 0, 1, 3], [0, 1, 1, 4], [0, 0.1, 1, 3.1], [5, 5, 6, 6]]], np.float32)
+    scores = np.array([[[0.9, 0.8, 0.85, 0.7]]], np.float32)
+    feed = {"boxes": boxes, "scores": scores}
+    got = xcomp.compile(model).run(feed)["selected"]
+    want = ort_run(model, feed)[0]
+    np.testing.assert_array_equal(got, want)
+    assert want.shape == (3, 3) and sorted(want[:, 2].tolist()) == [0, 1, 3]
+
+
+def test_non_max_suppression_with_a_computed_threshold_is_refused():
+    with pytest.raises(xcomp.UnsupportedOpError, match="iou_threshold computed in the graph"):
+        xcomp.compile(_nms_model(threshold_input=True))

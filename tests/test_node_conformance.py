@@ -1,7 +1,7 @@
 """A sample of ONNX backend node tests across op families: one case per op type at opsets 7..22, compiled and
 compared with the expected outputs shipped in the onnx package.
 
-Cases xcomp cannot pass yet are listed below with the reason; issue #6 (conformance) works them down.
+Ops whose first case xcomp refuses are listed below; issue #6 (conformance) works them down.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ UNSUPPORTED_OPS = {
     "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
     "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
 }
-KNOWN_WRONG = {
-    "NonMaxSuppression": "data-dependent output shape: the importer keeps the max shape, not the selected rows",
-}
-
 
 def _opset(case):
     return max([o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")] or [0])
@@ -51,7 +47,7 @@ SAMPLE = _sample()
 
 def test_sample_spans_op_families():
     assert len(SAMPLE) >= 140
-    supported = [op for op in SAMPLE if op not in UNSUPPORTED_OPS and op not in KNOWN_WRONG]
+    supported = [op for op in SAMPLE if op not in UNSUPPORTED_OPS]
     assert len(supported) >= 110
 
 
@@ -66,8 +62,6 @@ def test_node_case(op):
             compile_as_user(case.model, feed)
         assert info.value.nodes and "opset" in str(info.value)
         return
-    if op in KNOWN_WRONG:
-        pytest.xfail(KNOWN_WRONG[op])
     module, _fixed = compile_as_user(case.model, feed)  # shape-setting inputs fixed from the data, as a user must
     got = module.run(feed)
     for (name, g), want in zip(got.items(), expected):
