@@ -174,3 +174,24 @@ def test_non_max_suppression_keeps_a_box_at_exactly_the_threshold():
 def test_non_max_suppression_with_a_computed_threshold_is_refused():
     with pytest.raises(xcomp.UnsupportedOpError, match="iou_threshold computed in the graph"):
         xcomp.compile(_nms_model(threshold_input=True))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted,ignore", [(False, None), (True, 2)])
+def test_softmax_cross_entropy_and_nll_loss(reduction, weighted, ignore):
+    rng = np.random.default_rng(6)
+    extra = {"ignore_index": ignore} if ignore is not None else {}
+    names = ["scores", "labels"] + (["weights"] if weighted else [])
+    inits = [onnx.numpy_helper.from_array(rng.random(5).astype(np.float32), "weights")] if weighted else []
+    nodes = [helper.make_node("SoftmaxCrossEntropyLoss", names, ["loss", "log_prob"], reduction=reduction, **extra),
+             helper.make_node("NegativeLogLikelihoodLoss", ["log_prob", "labels"] + names[2:], ["nll"],
+                              reduction=reduction, **extra)]
+    out_shape = [3, 4] if reduction == "none" else []
+    model = make_model(nodes, [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3, 5, 4]),
+                               helper.make_tensor_value_info("labels", TensorProto.INT64, [3, 4])],
+                       [helper.make_tensor_value_info("loss", TensorProto.FLOAT, out_shape),
+                        helper.make_tensor_value_info("log_prob", TensorProto.FLOAT, [3, 5, 4]),
+                        helper.make_tensor_value_info("nll", TensorProto.FLOAT, out_shape)], inits, opset=13)
+    labels = rng.integers(0, 5, (3, 4)).astype(np.int64)
+    feed = {"scores": rng.standard_normal((3, 5, 4)).astype(np.float32), "labels": labels}
+    assert_matches_ort(xcomp.compile(model), model, feed)

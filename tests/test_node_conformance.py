@@ -20,9 +20,9 @@ _OPSET_RANGE = (7, 22)
 UNSUPPORTED_OPS = {
     "Bernoulli", "BlackmanWindow", "CenterCropPad", "Col2Im", "Constant", "ConvInteger", "DFT", "DeformConv", "Det",
     "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
-    "MelWeightMatrix", "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul", "RandomUniformLike",
+    "MelWeightMatrix", "QLinearConv", "QLinearMatMul", "RandomUniformLike",
     "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
-    "SoftmaxCrossEntropyLoss", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
+    "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
 }
 
 def _opset(case):
