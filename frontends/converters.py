@@ -614,9 +614,15 @@ def convert_expand(bb, inputs, attrs, opset, stock):
 def convert_resize(bb, inputs, attrs, opset, stock):
     """TVM's Resize, refusing what it would get wrong. Its resize maps output to input coordinates by the ratio
     of the sizes; ONNX maps them by the given scale, and the two differ when size x scale is not a whole number
-    (a 0.6 downscale of 4 pixels gives 2, a ratio of 0.5). And it has no antialias filter."""
+    (a 0.6 downscale of 4 pixels gives 2, a ratio of 0.5). It has no antialias filter and ignores
+    keep_aspect_ratio_policy. Scales or sizes given for some axes (opset 18) are spread over every axis."""
     import tvm
 
+    policy = attrs.get("keep_aspect_ratio_policy", b"stretch")
+    if (policy.decode() if isinstance(policy, bytes) else policy) != "stretch":
+        raise NotImplementedError(f"Resize with keep_aspect_ratio_policy={policy!r}: TVM's resize ignores it")
+    if attrs.get("axes") is not None:
+        inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
     scale_input = 1 if opset < 11 else 2
     scales = _const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
         else None
@@ -626,15 +632,44 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     transform = transform.decode() if isinstance(transform, bytes) else transform
     if scales is not None and scales.size and transform not in ("align_corners", "tf_crop_and_resize"):
         shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-        axes = attrs.get("axes") or range(len(shape))
-        for axis, scale in zip(axes, scales.tolist()):
-            dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+        for dim, scale in zip(shape, scales.tolist()):
             if isinstance(dim, tvm.tirx.IntImm) and int(dim) * scale != int(int(dim) * scale):
                 raise NotImplementedError(
                     f"Resize by scale {scale:g} of an axis of size {int(dim)}: the output size "
                     f"{int(int(dim) * scale)} is not size x scale, and TVM's resize maps coordinates by the size "
                     f"ratio where ONNX uses the scale ({transform}); give the model sizes instead of scales")
-    return stock()
+    return stock(inputs)
+
+
+def _resize_on_every_axis(inputs, axes):
+    """A Resize's roi / scales / sizes given for `axes` only (opset 18), as TVM reads them: for every axis, the
+    others unchanged (roi 0..1, scale 1, their own size)."""
+    import tvm
+
+    relax = _relax()
+    data = inputs[0]
+    rank = data.ty.ndim
+    axes = [a % rank for a in axes]
+    dims = data.ty.shape.values if data.ty.shape is not None else []
+    full = list(inputs)
+    for position, (default, dtype) in {1: (None, "float32"), 2: (1.0, "float32"), 3: (None, "int64")}.items():
+        value = _const_value(inputs[position]) if len(inputs) > position and inputs[position] is not None else None
+        if value is None or not value.size:
+            continue
+        if position == 1:  # roi: starts then ends
+            expanded = np.concatenate([np.zeros(rank), np.ones(rank)])
+            expanded[axes] = value[:len(axes)]
+            expanded[[rank + a for a in axes]] = value[len(axes):]
+        elif position == 2:
+            expanded = np.full(rank, default)
+            expanded[axes] = value
+        else:
+            if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+                raise NotImplementedError("Resize with axes and sizes of an input with symbolic dims")
+            expanded = np.array([int(d) for d in dims])
+            expanded[axes] = value
+        full[position] = relax.const(expanded.astype(value.dtype), str(value.dtype))
+    return type(inputs)(full) if not isinstance(inputs, list) else full
 
 
 def _downsamples(data, scales, sizes) -> bool:

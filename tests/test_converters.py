@@ -195,3 +195,25 @@ def test_softmax_cross_entropy_and_nll_loss(reduction, weighted, ignore):
     labels = rng.integers(0, 5, (3, 4)).astype(np.int64)
     feed = {"scores": rng.standard_normal((3, 5, 4)).astype(np.float32), "labels": labels}
     assert_matches_ort(xcomp.compile(model), model, feed)
+
+
+@pytest.mark.parametrize("operand,value", [("scales", [2.0, 3.0]), ("sizes", [8, 6])])
+def test_resize_with_axes(operand, value):
+    """Opset 18's axes: scales or sizes for some axes only (TVM read them as if for all: an import error)."""
+    const = onnx.numpy_helper.from_array(np.array(value, np.float32 if operand == "scales" else np.int64), operand)
+    inputs = ["x", "", "scales", ""] if operand == "scales" else ["x", "", "", "sizes"]
+    model = make_model([helper.make_node("Resize", inputs, ["y"], mode="nearest", axes=[3, 2])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [const], opset=19)
+    x = np.random.default_rng(7).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_resize_keeping_the_aspect_ratio_is_refused():
+    sizes = onnx.numpy_helper.from_array(np.array([1, 1, 6, 6], np.int64), "sizes")
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], keep_aspect_ratio_policy="not_larger")
+    model = make_model([node],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes], opset=19)
+    with pytest.raises(xcomp.UnsupportedOpError, match="keep_aspect_ratio_policy"):
+        xcomp.compile(model)
