@@ -583,6 +583,21 @@ def convert_softmax_cross_entropy(bb, inputs, attrs, opset, stock=None):
     return relax.Tuple([loss, log_prob])
 
 
+# -- SequenceInsert ---------------------------------------------------------------------------------------------
+
+
+def convert_sequence_insert(bb, inputs, attrs, opset, stock):
+    """ONNX takes a negative position as position + length (-1 inserts before the last tensor); TVM's converter
+    added one more and appended instead. A negative constant position is made non-negative first."""
+    position = _const_value(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    if position is None or int(position) >= 0:
+        return stock()
+    length = len(inputs[0].fields) if isinstance(inputs[0], _relax().Tuple) else None
+    if length is None:
+        raise NotImplementedError("SequenceInsert at a negative position into a sequence of unknown length")
+    return stock([inputs[0], inputs[1], _relax().const(int(position) + length, "int64")])
+
+
 # -- Expand -----------------------------------------------------------------------------------------------------
 
 
@@ -721,6 +736,7 @@ def _reduce_extreme(extreme):
 
 
 CONVERTERS = {
+    "SequenceInsert": convert_sequence_insert,
     "NegativeLogLikelihoodLoss": convert_nll_loss,
     "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,
     "BatchNormalization": convert_batch_norm,

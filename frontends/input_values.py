@@ -21,7 +21,7 @@ VALUE_SLOTS = {
     **{op: (1,) for op in _REDUCE_OPS},
     "Reshape": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4), "Split": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
     "TopK": (1,), "OneHot": (1,), "CumSum": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "AffineGrid": (1,),
-    "NonMaxSuppression": (2, 3, 4),
+    "NonMaxSuppression": (2, 3, 4), "SequenceAt": (1,), "SequenceErase": (1,), "SequenceInsert": (2,),
 }
 
 

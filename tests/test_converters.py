@@ -217,3 +217,17 @@ def test_resize_keeping_the_aspect_ratio_is_refused():
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes], opset=19)
     with pytest.raises(xcomp.UnsupportedOpError, match="keep_aspect_ratio_policy"):
         xcomp.compile(model)
+
+
+@pytest.mark.parametrize("position", [-1, -2, 0, 2])
+def test_sequence_insert_at_a_negative_position(position):
+    """-1 inserts before the last tensor (TVM appended after it)."""
+    pos = onnx.numpy_helper.from_array(np.array(position, np.int64), "pos")
+    at = onnx.numpy_helper.from_array(np.array(1, np.int64), "at")
+    nodes = [helper.make_node("SequenceConstruct", ["x", "y"], ["seq"]),
+             helper.make_node("SequenceInsert", ["seq", "z", "pos"], ["seq2"]),
+             helper.make_node("SequenceAt", ["seq2", "at"], ["out"])]
+    model = make_model(nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xyz"],
+                       [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])], [pos, at], opset=12)
+    feed = {n: np.full(2, i, np.float32) for i, n in enumerate("xyz")}
+    assert_matches_ort(xcomp.compile(model), model, feed)
