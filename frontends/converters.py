@@ -583,6 +583,23 @@ def convert_softmax_cross_entropy(bb, inputs, attrs, opset, stock=None):
     return relax.Tuple([loss, log_prob])
 
 
+# -- Split ------------------------------------------------------------------------------------------------------
+
+
+def convert_split(bb, inputs, attrs, opset, stock):
+    """Split into parts some of which are empty: TVM's split wants strictly increasing cut points (an internal
+    error), so such a split is one slice per part."""
+    relax = _relax()
+    sizes = attrs.get("split") if opset < 13 else (_const_value(inputs[1]) if len(inputs) > 1 and
+                                                   inputs[1] is not None else None)
+    if sizes is None or 0 not in list(np.asarray(sizes).ravel()):
+        return stock()
+    axis = attrs.get("axis", 0)
+    bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
+    return relax.Tuple([bb.normalize(relax.op.strided_slice(inputs[0], [axis], [int(b)], [int(e)]))
+                        for b, e in zip(bounds[:-1], bounds[1:])])
+
+
 # -- SequenceInsert ---------------------------------------------------------------------------------------------
 
 
@@ -736,6 +753,7 @@ def _reduce_extreme(extreme):
 
 
 CONVERTERS = {
+    "Split": convert_split,
     "SequenceInsert": convert_sequence_insert,
     "NegativeLogLikelihoodLoss": convert_nll_loss,
     "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,

@@ -231,3 +231,19 @@ def test_sequence_insert_at_a_negative_position(position):
                        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])], [pos, at], opset=12)
     feed = {n: np.full(2, i, np.float32) for i, n in enumerate("xyz")}
     assert_matches_ort(xcomp.compile(model), model, feed)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_split_with_empty_parts(opset):
+    """Cut points [0, 2, 2] were an internal error in TVM's split."""
+    sizes = [0, 2, 0, 3]
+    if opset >= 13:
+        split = onnx.numpy_helper.from_array(np.array(sizes, np.int64), "split")
+        node, inits = helper.make_node("Split", ["x", "split"], list("abcd"), axis=1), [split]
+    else:
+        node, inits = helper.make_node("Split", ["x"], list("abcd"), axis=1, split=sizes), []
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, s]) for n, s in zip("abcd", sizes)],
+                       inits, opset=opset)
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
