@@ -52,13 +52,13 @@ def _dtype(expr) -> str:
     return str(getattr(dtype, "dtype", dtype))
 
 
-def _static_dim(expr, axis, what):
+def _static_dim(expr, axis, what, why="the recurrence is unrolled over it"):
     import tvm
 
     dim = expr.ty.shape.values[axis] if expr.ty.shape is not None else None
     if not isinstance(dim, tvm.tirx.IntImm):
-        raise ValueError(f"{what} is {dim if dim is not None else 'unknown'}, not a static number: the recurrence "
-                         "is unrolled over it, so bind it with input_shapes / --input-shape")
+        raise ValueError(f"{what} is {dim if dim is not None else 'unknown'}, not a static number: {why}, so bind "
+                         "it with input_shapes / --input-shape")
     return int(dim)
 
 
@@ -600,6 +600,36 @@ def convert_split(bb, inputs, attrs, opset, stock):
                         for b, e in zip(bounds[:-1], bounds[1:])])
 
 
+# -- CenterCropPad ----------------------------------------------------------------------------------------------
+
+
+def convert_center_crop_pad(bb, inputs, attrs, opset, stock=None):
+    """CenterCropPad (opset 18; TVM has no converter): per axis, a centred slice where the target is smaller
+    (an odd surplus leaves the extra element at the end) and centred zero padding where it is larger."""
+    from tvm import topi
+
+    relax = _relax()
+    data, target = inputs[0], _const_value(inputs[1])
+    if target is None:
+        raise NotImplementedError("CenterCropPad with a shape computed in the graph")
+    rank = data.ty.ndim
+    dims = [_static_dim(data, axis, f"axis {axis} of CenterCropPad's input", "the crop and pad are planned from it")
+            for axis in range(rank)]
+    axes = [a % rank for a in (attrs.get("axes") or range(rank))]
+    begin, end, before, after = [0] * rank, list(dims), [0] * rank, [0] * rank
+    for axis, size in zip(axes, target.tolist()):
+        if size < dims[axis]:
+            begin[axis] = (dims[axis] - size) // 2
+            end[axis] = begin[axis] + size
+        else:
+            before[axis] = (size - dims[axis]) // 2
+            after[axis] = size - dims[axis] - before[axis]
+    cropped = bb.normalize(relax.op.strided_slice(data, list(range(rank)), begin, end))
+    if not any(before) and not any(after):
+        return cropped
+    return bb.emit_te(topi.nn.pad, cropped, before, after, 0.0)
+
+
 # -- SequenceInsert ---------------------------------------------------------------------------------------------
 
 
@@ -753,6 +783,7 @@ def _reduce_extreme(extreme):
 
 
 CONVERTERS = {
+    "CenterCropPad": convert_center_crop_pad,
     "Split": convert_split,
     "SequenceInsert": convert_sequence_insert,
     "NegativeLogLikelihoodLoss": convert_nll_loss,

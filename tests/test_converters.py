@@ -247,3 +247,15 @@ def test_split_with_empty_parts(opset):
                        inits, opset=opset)
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("target,axes", [([4, 6], None), ([5, 2], None), ([3], [-1])])
+def test_center_crop_pad(target, axes):
+    """Crops (an odd surplus keeps the extra element at the end) and zero-pads around the centre."""
+    shape = onnx.numpy_helper.from_array(np.array(target, np.int64), "shape")
+    extra = {"axes": axes} if axes else {}
+    model = make_model([helper.make_node("CenterCropPad", ["x", "shape"], ["y"], **extra)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], [shape], opset=18)
+    x = np.arange(15, dtype=np.float32).reshape(3, 5) + 1
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
