@@ -25,6 +25,12 @@ VALUE_SLOTS = {
 }
 
 
+# Shape-setting operands TVM takes at run time when they are graph inputs; computed ones can still fail to import,
+# and then the inputs they are computed from are asked for too.
+RUNTIME_SLOTS = {"Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,),
+                 "Unsqueeze": (1,), "Trilu": (1,)}
+
+
 class InputValuesRequired(UnsupportedOpError):
     """Graph inputs that set shapes and need their values at compile time. `inputs`: {input name: [node
     description, ...]}. An UnsupportedOpError, so it lists the nodes like one, but the message says how to fix it."""
@@ -38,21 +44,45 @@ class InputValuesRequired(UnsupportedOpError):
                      f"(Python: input_values={{name: array}})",)
 
 
-def require_input_values(proto, open_inputs, opset) -> None:
-    """Raise InputValuesRequired when any of `open_inputs` (names of graph inputs without a value) feeds a
-    VALUE_SLOTS position of a node of the main graph."""
-    open_inputs = set(open_inputs)
+def require_input_values(proto, open_inputs, opset, through_computations=False) -> None:
+    """Raise InputValuesRequired when a graph input without a value (`open_inputs`: their TensorSpecs) feeds a
+    VALUE_SLOTS position of a node of the main graph: directly, or with `through_computations` (after an import
+    failed) also a RUNTIME_SLOTS position, and through the ops that compute that operand from it. That trace
+    does not pass Shape or Size (they read a shape, not values), nor into If branches, and counts only inputs
+    of rank <= 1: a model's data is not a shape."""
+    candidates = {s.name for s in open_inputs if not through_computations or len(s.shape) <= 1}
+    producers = {out: node for node in proto.graph.node for out in node.output}
     needed, nodes = {}, []
     for node in proto.graph.node:
-        for position in VALUE_SLOTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
-            if position < len(node.input) and node.input[position] in open_inputs:
-                operand = _operand_name(node.op_type, opset, position)
-                label = f"{operand} of {node.op_type} node {node.name or '<unnamed>'}"
-                needed.setdefault(node.input[position], []).append(label)
+        slots = VALUE_SLOTS.get(node.op_type, ()) + (RUNTIME_SLOTS.get(node.op_type, ()) if through_computations
+                                                      else ())
+        for position in slots if node.domain in ("", "ai.onnx") else ():
+            operand = node.input[position] if position < len(node.input) else ""
+            sources = _sources(operand, producers, candidates) if through_computations else \
+                {operand} & candidates
+            for source in sorted(sources):
+                label = f"{_operand_name(node.op_type, opset, position)} of {node.op_type} node " \
+                        f"{node.name or '<unnamed>'}" + ("" if source == operand else " (computed from it)")
+                needed.setdefault(source, []).append(label)
                 if (node.name, node.op_type, opset) not in nodes:
                     nodes.append((node.name, node.op_type, opset))
     if needed:
         raise InputValuesRequired(needed, nodes)
+
+
+def _sources(name, producers, candidates) -> set:
+    """The `candidates` that the value of tensor `name` is computed from."""
+    found, stack, seen = set(), [name], set()
+    while stack:
+        current = stack.pop()
+        if not current or current in seen:
+            continue
+        seen.add(current)
+        if current in candidates:
+            found.add(current)
+        elif current in producers and producers[current].op_type not in ("Shape", "Size"):
+            stack.extend(producers[current].input)
+    return found
 
 
 def _operand_name(op_type, opset, position) -> str:

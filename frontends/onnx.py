@@ -454,13 +454,14 @@ def _rewrite_constant_attributes(proto):
                 node.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(value)))
 
 
-def _fold_static_shapes(proto):
+def _fold_static_shapes(proto) -> int:
     """Shape and Size of a tensor whose dims are all static become Constants. TVM's importer carries Shape as a
     shape expression that most ops refuse ("cannot handle ShapeExpr inputs": Size, Sub, ... in the expanded
     LayerNormalization that ONNX's function bodies and some exporters write); as constants, the whole shape
-    computation folds. Shapes with a symbolic dim stay shape expressions."""
+    computation folds. Shapes with a symbolic dim stay shape expressions. Returns how many were folded."""
     onnx = _onnx()
     shapes = _static_shapes(proto)
+    folded = 0
     for node in proto.graph.node:
         if node.op_type not in ("Shape", "Size") or node.domain not in _DEFAULT_DOMAINS or \
                 node.input[0] not in shapes:
@@ -473,24 +474,28 @@ def _fold_static_shapes(proto):
             value = np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
         node.CopyFrom(onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name,
                                             value=onnx.numpy_helper.from_array(value)))
+        folded += 1
+    return folded
 
 
 # Ops never folded: their results are not a function of their inputs, or are not tensors.
 _NOT_FOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial",
                  "If", "Loop", "Scan", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement"}
 _FOLD_MAX_ELEMENTS = 1 << 16  # shape arithmetic, not weights: a bigger result stays a computation
+_FOLD_ROUNDS = 8
 
 
-def _fold_constant_nodes(proto):
+def _fold_constant_nodes(proto) -> int:
     """Evaluate (onnx.reference) every single-output node of the main graph whose inputs are all constants and
     small, and make it a Constant: a shape computed from constants (Shape folded above -> Slice -> Concat ->
-    Reshape) must be a constant for TVM's Reshape, which refuses a computed tensor."""
+    Reshape) must be a constant for TVM's Reshape, which refuses a computed tensor. Returns how many."""
     onnx = _onnx()
     from onnx.reference import ReferenceEvaluator
 
     values = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer
               if np.prod(t.dims, dtype=np.int64) <= _FOLD_MAX_ELEMENTS}
     opsets = list(proto.opset_import)
+    folded = 0
     for node in proto.graph.node:
         if node.domain not in _DEFAULT_DOMAINS:
             continue
@@ -517,6 +522,8 @@ def _fold_constant_nodes(proto):
             continue
         values[node.output[0]] = result
         node.CopyFrom(constant)
+        folded += 1
+    return folded
 
 
 # -- import -------------------------------------------------------------------------------------------------
@@ -631,19 +638,25 @@ def _output_specs(mod, proto) -> list:
 def _bind_and_infer(proto, input_shapes, label):
     """`proto` (changed in place) with the given input shapes bound, then shapes inferred, checked and rewritten
     for import."""
-    onnx = _onnx()
     _bind_input_shapes(proto, input_shapes, label)
-    try:
-        bound = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
-    except Exception as err:
-        raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
+    bound = _infer_shapes(proto, label)
     _check_attributes(bound, label)
     _check_tensor_sizes(bound, label)
     _rewrite_sum_to_add(bound.graph)
     _rewrite_constant_attributes(bound)
-    _fold_static_shapes(bound)
-    _fold_constant_nodes(bound)
+    for _ in range(_FOLD_ROUNDS):  # a folded shape can make the shape a later Shape reads static: infer again
+        if not _fold_static_shapes(bound) + _fold_constant_nodes(bound):
+            break
+        del bound.graph.value_info[:]
+        bound = _infer_shapes(bound, label)
     return bound
+
+
+def _infer_shapes(proto, label):
+    try:
+        return _onnx().shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
+    except Exception as err:
+        raise ModelLoadError(f"{label}: shape inference failed: {describe(err, first=True)}") from None
 
 
 def _import(proto, opset, inputs, label, host_checked):
@@ -689,13 +702,15 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     fixed = bind_input_values(proto, graph_inputs(proto), dict(input_values or {}), label)
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)
-    require_input_values(bound, [s.name for s in inputs], opset)
+    require_input_values(bound, inputs, opset)
     gathers = list(_host_checked_gathers(bound, inputs))
     ranges = index_ranges(gathers)
     inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]
     try:
         mod = _import(bound, opset, inputs, label, {node.output[0] for node, _, _ in gathers})
     except XcompError as err:
+        if isinstance(err, UnsupportedOpError):  # a shape computed from an input: say which value to give
+            require_input_values(bound, inputs, opset, through_computations=True)
         if symbolic_dims(inputs):  # some converters need static shapes: say how to give them (same error class)
             err.args = (f"{err}; this was with {_describe_symbols(inputs)} kept symbolic: if the op needs them "
                         f"static, specialize them: {specialize_hint(inputs)}",)

@@ -151,9 +151,9 @@ def _nms_model(threshold_input=False):
                               ["selected"])]
     inputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4, 4]),
               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 4])]
-    if threshold_input:  # computed in the graph: the threshold doubled
-        inputs.append(helper.make_tensor_value_info("half", TensorProto.FLOAT, [1]))
-        nodes.insert(0, helper.make_node("Add", ["half", "half"], ["iou"]))
+    if threshold_input:  # computed in the graph from data (a [1, 2] tensor, not a shape-like input)
+        inputs.append(helper.make_tensor_value_info("pair", TensorProto.FLOAT, [1, 2]))
+        nodes.insert(0, helper.make_node("ReduceMax", ["pair"], ["iou"], axes=[0], keepdims=0))
     return make_model(nodes, inputs, [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])],
                       consts, opset=11)
 

@@ -105,3 +105,23 @@ def test_cli_input_value(tmp_path):
     assert again.returncode == 1 and "compiled already (inputs it fixed: axes=[2])" in again.stderr
     bad = _run_cli("compile", path, "-q", "--input-value", "axes=one")
     assert bad.returncode == 1 and "'one' is not a number" in bad.stderr
+
+
+def test_an_input_a_shape_is_computed_from_is_asked_for_then_folded():
+    """Pad's pads computed from a graph input (as ONNX's expanded CenterCropPad does): TVM refused the computed
+    pads; compile names the input the pads come from, and once it is given the computation folds away."""
+    zeros = onnx.numpy_helper.from_array(np.zeros(2, np.int64), "zeros")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Sub", ["target", "shape"], ["grow"]),
+             helper.make_node("Concat", ["zeros", "grow"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["y"], name="pad_to_target")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], [zeros], opset=18)
+    with pytest.raises(InputValuesRequired) as info:
+        xcomp.compile(model)
+    assert info.value.inputs == {"target": ["'pads' of Pad node pad_to_target (computed from it)"]}
+    feed = {"x": np.ones((2, 3), np.float32), "target": np.array([3, 5], np.int64)}
+    module = xcomp.compile(model, input_values={"target": feed["target"]})
+    assert_matches_ort(module, model, feed)
+    assert module.run(feed)["y"].shape == (3, 5)
