@@ -379,6 +379,23 @@ def unsupported_nodes(proto, opset):
     return bad
 
 
+def _refuse_non_tensor_values(proto, opset):
+    """A module takes and returns tensors: a graph input or output of sequence or optional type is refused,
+    naming the nodes that read or write it (before, a sequence output came back flattened into tensors)."""
+    odd, nodes = [], []
+    for value, kind in [(v, "input") for v in proto.graph.input] + [(v, "output") for v in proto.graph.output]:
+        which = value.type.WhichOneof("value")
+        if which not in (None, "tensor_type"):
+            kind_name = which.replace("_type", "")
+            odd.append(f"{kind} {value.name!r} is {'an' if kind_name[0] in 'aeiou' else 'a'} {kind_name}")
+            nodes += [(n.name, n.op_type, opset) for n in proto.graph.node
+                      if value.name in (n.input if kind == "input" else n.output)]
+    if odd:
+        error = UnsupportedOpError(nodes)
+        error.args = ("; ".join(odd) + ": xcomp modules take and return tensors only",)
+        raise error
+
+
 def op_histogram(proto) -> Counter:
     return Counter(
         n.op_type if n.domain in _DEFAULT_DOMAINS else f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph)
@@ -699,6 +716,7 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
+    _refuse_non_tensor_values(proto, opset)
     fixed = bind_input_values(proto, graph_inputs(proto), dict(input_values or {}), label)
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)

@@ -54,6 +54,17 @@ def test_every_unsupported_node_is_listed():
     assert "first_bad" in str(err) and "second_bad" in str(err) and "opset 17" in str(err)
 
 
+def test_sequence_output_is_refused_naming_its_node():
+    """A module returns tensors; a sequence output used to come back flattened into them."""
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])
+    model = make_model([helper.make_node("SequenceConstruct", ["x", "x"], ["seq"], name="pack")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [seq])
+    with pytest.raises(xcomp.UnsupportedOpError) as info:
+        xcomp.compile(model)
+    assert info.value.nodes == [("pack", "SequenceConstruct", 17)]
+    assert "output 'seq' is a sequence: xcomp modules take and return tensors only" in str(info.value)
+
+
 def test_cyclic_graph():
     nodes = [
         helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
