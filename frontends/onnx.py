@@ -389,10 +389,11 @@ def _refuse_non_tensor_values(proto, opset):
             kind_name = which.replace("_type", "")
             odd.append(f"{kind} {value.name!r} is {'an' if kind_name[0] in 'aeiou' else 'a'} {kind_name}")
             nodes += [(n.name, n.op_type, opset) for n in proto.graph.node
-                      if value.name in (n.input if kind == "input" else n.output)]
+                      if value.name in (n.input if kind == "input" else n.output)
+                      and (n.name, n.op_type, opset) not in nodes]
     if odd:
         error = UnsupportedOpError(nodes)
-        error.args = ("; ".join(odd) + ": xcomp modules take and return tensors only",)
+        error.args = ("; ".join(odd) + f": xcomp modules take and return tensors only ({error})",)
         raise error
 
 
