@@ -1,0 +1,52 @@
+"""Our own ONNX op converters, for ops TVM's Relax importer lacks or gets wrong.
+
+`CONVERTERS` maps an ONNX op type (default domain) to `convert(bb, inputs, attrs, opset, stock) -> relax.Expr`,
+with the importer's calling convention: `inputs` is the node's inputs as Relax expressions (None for an omitted
+optional input; constants for initializers), `attrs` its attributes as TVM parses them (strings as bytes), and
+`stock(inputs=None)` runs TVM's own converter for the node (for fixes that amend its inputs or its result).
+The importer (frontends/onnx.py) asks this table first, so an entry here also overrides TVM's converter.
+A converter raises ValueError / NotImplementedError for a node it cannot take; the importer turns that into an
+UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a NodeContext: the ONNX node
+being converted, and a way to make the module check a condition at run time.
+
+One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, NonMaxSuppression),
+normalization, math_ops, losses; common holds NodeContext and the helpers they share.
+"""
+
+from __future__ import annotations
+
+from .common import NodeContext
+from .gather import convert_gather
+from .losses import convert_nll_loss, convert_softmax_cross_entropy
+from .math_ops import convert_is_inf, convert_pow, convert_prelu, reduce_extreme
+from .normalization import convert_batch_norm, convert_layer_norm
+from .recurrent import convert_gru, convert_lstm, convert_rnn
+from .shape_ops import (convert_center_crop_pad, convert_expand, convert_reshape, convert_sequence_insert,
+                        convert_slice, convert_split)
+from .vision import convert_non_max_suppression, convert_resize
+
+CONVERTERS = {
+    "LSTM": convert_lstm,
+    "GRU": convert_gru,
+    "RNN": convert_rnn,
+    "Gather": convert_gather,
+    "Reshape": convert_reshape,
+    "Slice": convert_slice,
+    "Split": convert_split,
+    "Expand": convert_expand,
+    "CenterCropPad": convert_center_crop_pad,
+    "SequenceInsert": convert_sequence_insert,
+    "Resize": convert_resize,
+    "NonMaxSuppression": convert_non_max_suppression,
+    "LayerNormalization": convert_layer_norm,
+    "BatchNormalization": convert_batch_norm,
+    "PRelu": convert_prelu,
+    "IsInf": convert_is_inf,
+    "Pow": convert_pow,
+    "ReduceMax": reduce_extreme("max"),
+    "ReduceMin": reduce_extreme("min"),
+    "NegativeLogLikelihoodLoss": convert_nll_loss,
+    "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,
+}
+
+__all__ = ["CONVERTERS", "NodeContext"]

@@ -1,0 +1,55 @@
+"""LayerNormalization and BatchNormalization."""
+
+from __future__ import annotations
+
+from .common import dtype_of, relax_api
+
+
+def convert_layer_norm(bb, inputs, attrs, opset, stock):
+    """TVM's LayerNormalization computes Y only: its Mean and InvStdDev outputs are scalar zeros. When the node
+    asks for them, they are computed here in the stash type (float32), over the normalized axes, kept as size-1
+    dims as the spec says; Y stays TVM's fused layer_norm."""
+    relax = relax_api()
+    result = stock()
+    context = attrs.get("tvm_custom", {}).get("xcomp")
+    rank = inputs[0].ty.ndim
+    wanted = context is None or any(context.node.output[1:])  # (None: inside an If branch, node unknown)
+    if not wanted or rank < 0 or not isinstance(result, relax.Tuple):
+        return result
+    data = inputs[0] if dtype_of(inputs[0]) == "float32" else relax.op.astype(inputs[0], "float32")
+    axes = list(range(attrs.get("axis", -1) % rank, rank))
+    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
+    centered = bb.normalize(relax.op.subtract(data, mean))
+    variance = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+    epsilon = relax.const(attrs.get("epsilon", 1e-5), "float32")
+    return relax.Tuple([result.fields[0], mean, relax.op.rsqrt(relax.op.add(variance, epsilon))])
+
+
+def convert_batch_norm(bb, inputs, attrs, opset, stock):
+    """training_mode=1 normalizes with the batch's own statistics and outputs updated running ones. TVM's
+    converter passes the flag on, but DecomposeOpsForInference then uses the running statistics: wrong numbers.
+    That mode is computed here; inference stays TVM's (folded into the conv before it)."""
+    if not attrs.get("training_mode", 0):
+        return stock()
+    relax = relax_api()
+    data, scale, bias, running_mean, running_var = inputs[:5]
+    rank = data.ty.ndim
+    if rank < 2:
+        raise NotImplementedError("BatchNormalization training_mode=1 of an input of unknown rank")
+    axes = [0, *range(2, rank)]
+    per_channel = [1, -1] + [1] * (rank - 2)
+    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
+    centered = bb.normalize(relax.op.subtract(data, mean))
+    variance = bb.normalize(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
+    dtype = dtype_of(data)
+    epsilon, momentum = (relax.const(attrs.get(k, d), dtype) for k, d in (("epsilon", 1e-5), ("momentum", 0.9)))
+    normalized = relax.op.multiply(centered, relax.op.rsqrt(relax.op.add(variance, epsilon)))
+    y = relax.op.add(relax.op.multiply(normalized, relax.op.reshape(scale, per_channel)),
+                     relax.op.reshape(bias, per_channel))
+    keep = relax.op.subtract(relax.const(1, dtype), momentum)
+
+    def updated(running, current):
+        return relax.op.add(relax.op.multiply(running, momentum),
+                            relax.op.multiply(relax.op.reshape(current, [-1]), keep))
+
+    return relax.Tuple([y, updated(running_mean, mean), updated(running_var, variance)])

@@ -1,0 +1,135 @@
+"""Ops that move or reshape data: Reshape, Slice, Split, Expand, CenterCropPad, SequenceInsert."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import const_value, dtype_of, relax_api, static_dim
+
+
+# -- Reshape ----------------------------------------------------------------------------------------------------
+
+
+def convert_reshape(bb, inputs, attrs, opset, stock):
+    """TVM's Reshape, taking a scalar computed from shapes. The importer folds Shape -> Gather/Squeeze -> Mul
+    into a primitive value (a symbolic dim such as `batch * heads`); torch's dynamo exporter then reshapes it to
+    [1] to concatenate a new shape (nn.MultiheadAttention does), and the stock converter refuses a non-tensor
+    input. A reshape to one element stays a shape value, so the shape built from it stays symbolic and the
+    Reshape that consumes it static; any other target reshapes the value as an int64 tensor."""
+    import tvm
+
+    relax = relax_api()
+    data, target = inputs[0], inputs[1]
+    if tvm.ir.is_prim_expr(data) and not isinstance(data, relax.Var):
+        if dtype_of(data) not in ("int64", "int32"):
+            raise NotImplementedError(f"Reshape of a {dtype_of(data)} scalar computed from shapes")
+        dim = data if dtype_of(data) == "int64" else tvm.tirx.Cast("int64", data)
+        target_value = const_value(target)
+        if target_value is not None and target_value.tolist() in ([1], [-1]):
+            return relax.ShapeExpr([dim])
+        as_tensor = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
+        return stock([as_tensor] + list(inputs[1:]))
+    return stock()
+
+
+# -- Slice ------------------------------------------------------------------------------------------------------
+
+
+def convert_slice(bb, inputs, attrs, opset, stock):
+    """Slice before opset 10 takes starts, ends and (optional) axes as attributes; TVM's converter reads them
+    from inputs only, so they are handed to it as constant inputs (axes: the first len(starts) axes)."""
+    if opset >= 10:
+        return stock()
+    relax = relax_api()
+    # exporters write "to the end" as INT64_MAX; handed over as constants, such bounds came out truncated to
+    # 32 bits (INT64_MAX -> -1: one element short), so they are clamped to what int32 holds first
+    starts, ends = (np.clip(np.asarray(attrs[name], np.int64), -2**31 + 1, 2**31 - 1) for name in ("starts", "ends"))
+    axes = np.asarray(attrs.get("axes", range(len(starts))), np.int64)
+    return stock([inputs[0], *(relax.const(v) for v in (starts, ends, axes))])
+
+
+# -- Split ------------------------------------------------------------------------------------------------------
+
+
+def convert_split(bb, inputs, attrs, opset, stock):
+    """Split into parts some of which are empty: TVM's split wants strictly increasing cut points (an internal
+    error), so such a split is one slice per part."""
+    relax = relax_api()
+    sizes = attrs.get("split") if opset < 13 else (const_value(inputs[1]) if len(inputs) > 1 and
+                                                   inputs[1] is not None else None)
+    if sizes is None or 0 not in list(np.asarray(sizes).ravel()):
+        return stock()
+    axis = attrs.get("axis", 0)
+    bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
+    return relax.Tuple([bb.normalize(relax.op.strided_slice(inputs[0], [axis], [int(b)], [int(e)]))
+                        for b, e in zip(bounds[:-1], bounds[1:])])
+
+
+# -- CenterCropPad ----------------------------------------------------------------------------------------------
+
+
+def convert_center_crop_pad(bb, inputs, attrs, opset, stock=None):
+    """CenterCropPad (opset 18; TVM has no converter): per axis, a centred slice where the target is smaller
+    (an odd surplus leaves the extra element at the end) and centred zero padding where it is larger."""
+    from tvm import topi
+
+    relax = relax_api()
+    data, target = inputs[0], const_value(inputs[1])
+    if target is None:
+        raise NotImplementedError("CenterCropPad with a shape computed in the graph")
+    rank = data.ty.ndim
+    dims = [static_dim(data, axis, f"axis {axis} of CenterCropPad's input", "the crop and pad are planned from it")
+            for axis in range(rank)]
+    axes = [a % rank for a in (attrs.get("axes") or range(rank))]
+    begin, end, before, after = [0] * rank, list(dims), [0] * rank, [0] * rank
+    for axis, size in zip(axes, target.tolist()):
+        if size < dims[axis]:
+            begin[axis] = (dims[axis] - size) // 2
+            end[axis] = begin[axis] + size
+        else:
+            before[axis] = (size - dims[axis]) // 2
+            after[axis] = size - dims[axis] - before[axis]
+    cropped = bb.normalize(relax.op.strided_slice(data, list(range(rank)), begin, end))
+    if not any(before) and not any(after):
+        return cropped
+    return bb.emit_te(topi.nn.pad, cropped, before, after, 0.0)
+
+
+# -- SequenceInsert ---------------------------------------------------------------------------------------------
+
+
+def convert_sequence_insert(bb, inputs, attrs, opset, stock):
+    """ONNX takes a negative position as position + length (-1 inserts before the last tensor); TVM's converter
+    added one more and appended instead. A negative constant position is made non-negative first."""
+    position = const_value(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    if position is None or int(position) >= 0:
+        return stock()
+    length = len(inputs[0].fields) if isinstance(inputs[0], relax_api().Tuple) else None
+    if length is None:
+        raise NotImplementedError("SequenceInsert at a negative position into a sequence of unknown length")
+    return stock([inputs[0], inputs[1], relax_api().const(int(position) + length, "int64")])
+
+
+# -- Expand -----------------------------------------------------------------------------------------------------
+
+
+def convert_expand(bb, inputs, attrs, opset, stock):
+    """TVM's Expand, with a run-time shape tensor made to broadcast as ONNX says. TVM broadcasts to that shape as
+    given, so a 1 where the input has 3 gave a size-1 axis: wrong numbers. ONNX keeps the input's size there, so
+    the shape handed over is where(shape == 1, input shape, shape), right-aligned with the input's rank."""
+    import tvm
+
+    relax = relax_api()
+    data, shape = inputs[0], inputs[1]
+    if isinstance(shape, (relax.ShapeExpr, tvm.ir.GenericConst)) or shape.ty.shape is None or \
+            data.ty.shape is None or not isinstance(shape.ty.shape.values[0], tvm.tirx.IntImm):
+        return stock()  # constant and shape-expression targets: TVM's converter applies the rule itself
+    length = int(shape.ty.shape.values[0])
+    dims = list(data.ty.shape.values)
+    rank = max(length, len(dims))
+    input_dims = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([1] * (rank - len(dims)) + dims)))
+    target = bb.normalize(relax.op.astype(shape, "int64"))
+    if length < rank:
+        target = bb.normalize(relax.op.concat([relax.const(np.ones(rank - length, np.int64), "int64"), target]))
+    ones = relax.const(1, "int64")
+    return stock([data, bb.normalize(relax.op.where(relax.op.equal(target, ones), input_dims, target))])

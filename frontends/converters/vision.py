@@ -1,0 +1,100 @@
+"""Resize and NonMaxSuppression."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import const_value, relax_api
+
+
+def convert_resize(bb, inputs, attrs, opset, stock):
+    """TVM's Resize, refusing what it would get wrong. Its resize maps output to input coordinates by the ratio
+    of the sizes; ONNX maps them by the given scale, and the two differ when size x scale is not a whole number
+    (a 0.6 downscale of 4 pixels gives 2, a ratio of 0.5). It has no antialias filter and ignores
+    keep_aspect_ratio_policy. Scales or sizes given for some axes (opset 18) are spread over every axis."""
+    import tvm
+
+    policy = attrs.get("keep_aspect_ratio_policy", b"stretch")
+    if (policy.decode() if isinstance(policy, bytes) else policy) != "stretch":
+        raise NotImplementedError(f"Resize with keep_aspect_ratio_policy={policy!r}: TVM's resize ignores it")
+    if attrs.get("axes") is not None:
+        inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
+    scale_input = 1 if opset < 11 else 2
+    scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
+        else None
+    if attrs.get("antialias", 0) and _downsamples(inputs[0], scales, inputs[3] if len(inputs) > 3 else None):
+        raise NotImplementedError("Resize with antialias=1 when downsampling: TVM's resize has no antialias filter")
+    transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
+    transform = transform.decode() if isinstance(transform, bytes) else transform
+    if scales is not None and scales.size and transform not in ("align_corners", "tf_crop_and_resize"):
+        shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+        for dim, scale in zip(shape, scales.tolist()):
+            if isinstance(dim, tvm.tirx.IntImm) and int(dim) * scale != int(int(dim) * scale):
+                raise NotImplementedError(
+                    f"Resize by scale {scale:g} of an axis of size {int(dim)}: the output size "
+                    f"{int(int(dim) * scale)} is not size x scale, and TVM's resize maps coordinates by the size "
+                    f"ratio where ONNX uses the scale ({transform}); give the model sizes instead of scales")
+    return stock(inputs)
+
+
+def _resize_on_every_axis(inputs, axes):
+    """A Resize's roi / scales / sizes given for `axes` only (opset 18), as TVM reads them: for every axis, the
+    others unchanged (roi 0..1, scale 1, their own size)."""
+    import tvm
+
+    relax = relax_api()
+    data = inputs[0]
+    rank = data.ty.ndim
+    axes = [a % rank for a in axes]
+    dims = data.ty.shape.values if data.ty.shape is not None else []
+    full = list(inputs)
+    for position, (default, dtype) in {1: (None, "float32"), 2: (1.0, "float32"), 3: (None, "int64")}.items():
+        value = const_value(inputs[position]) if len(inputs) > position and inputs[position] is not None else None
+        if value is None or not value.size:
+            continue
+        if position == 1:  # roi: starts then ends
+            expanded = np.concatenate([np.zeros(rank), np.ones(rank)])
+            expanded[axes] = value[:len(axes)]
+            expanded[[rank + a for a in axes]] = value[len(axes):]
+        elif position == 2:
+            expanded = np.full(rank, default)
+            expanded[axes] = value
+        else:
+            if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+                raise NotImplementedError("Resize with axes and sizes of an input with symbolic dims")
+            expanded = np.array([int(d) for d in dims])
+            expanded[axes] = value
+        full[position] = relax.const(expanded.astype(value.dtype), str(value.dtype))
+    return type(inputs)(full) if not isinstance(inputs, list) else full
+
+
+def _downsamples(data, scales, sizes) -> bool:
+    """Whether a Resize shrinks some axis (unknown counts as yes)."""
+    import tvm
+
+    if scales is not None and scales.size:
+        return bool((scales < 1).any())
+    sizes = const_value(sizes) if sizes is not None else None
+    shape = data.ty.shape.values if data.ty.shape is not None else None
+    if sizes is None or shape is None or len(sizes) != len(shape):
+        return True
+    return any(not isinstance(d, tvm.tirx.IntImm) or int(n) < int(d) for n, d in zip(sizes.tolist(), shape))
+
+
+def convert_non_max_suppression(bb, inputs, attrs, opset, stock):
+    """TVM's converter reads max_output_boxes_per_class, iou_threshold and score_threshold only as constants,
+    and quietly takes 0 / 0.5 / none for anything else (no boxes at all came out). Computed ones are refused;
+    graph inputs are fixed at compile time (frontends/input_values.py). The IoU threshold is mended below."""
+    import tvm
+
+    names = {2: "max_output_boxes_per_class", 3: "iou_threshold", 4: "score_threshold"}
+    for position, name in names.items():
+        if position < len(inputs) and inputs[position] is not None and \
+                not isinstance(inputs[position], tvm.ir.GenericConst):
+            raise NotImplementedError(f"NonMaxSuppression with {name} computed in the graph: TVM needs a constant")
+    if len(inputs) <= 3 or inputs[3] is None:
+        return stock()
+    # ONNX suppresses a box whose IoU is above the threshold, TVM at or above: the next float32 up is the same
+    # test (a box at exactly the threshold was dropped)
+    threshold = np.nextafter(np.float32(const_value(inputs[3]).item()), np.float32(np.inf))
+    return stock([*inputs[:3], relax_api().const(threshold, "float32"), *inputs[4:]])
