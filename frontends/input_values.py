@@ -9,22 +9,22 @@ that input, that the value is the one it was compiled for.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from xcomp.errors import InputError, UnsupportedOpError
 
 _REDUCE_OPS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
                "ReduceProd", "ReduceSum", "ReduceSumSquare")
-# op type -> positions of inputs that TVM's importer needs as constants. Ops it takes at run time (Expand, Tile,
-# Squeeze/Unsqueeze axes, ConstantOfShape, Range) are not listed.
+# op type -> positions of inputs that TVM's importer needs as constants (a run-time value is refused, or was
+# silently replaced: NonMaxSuppression took 0 boxes). Those it takes at run time are RUNTIME_SLOTS.
 VALUE_SLOTS = {
     **{op: (1,) for op in _REDUCE_OPS},
     "Reshape": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4), "Split": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
     "TopK": (1,), "OneHot": (1,), "CumSum": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "AffineGrid": (1,),
     "NonMaxSuppression": (2, 3, 4), "SequenceAt": (1,), "SequenceErase": (1,), "SequenceInsert": (2,),
 }
-
-
 # Shape-setting operands TVM takes at run time when they are graph inputs; computed ones can still fail to import,
 # and then the inputs they are computed from are asked for too.
 RUNTIME_SLOTS = {"Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,),
@@ -108,7 +108,7 @@ def bind_input_values(proto, specs, values: dict, label) -> list:
         spec = by_name[name]
         array = _as_input_array(spec, given, label)
         proto.graph.initializer.append(numpy_helper.from_array(array, name))
-        bound.append(spec.__class__(spec.name, array.shape, spec.dtype, value=tuple(array.ravel().tolist())))
+        bound.append(dataclasses.replace(spec, shape=tuple(array.shape), value=tuple(array.ravel().tolist())))
     return bound  # (the graph input stays: an initializer of the same name gives it its value, as in IR < 4)
 
 
