@@ -259,3 +259,48 @@ def test_center_crop_pad(target, axes):
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])], [shape], opset=18)
     x = np.arange(15, dtype=np.float32).reshape(3, 5) + 1
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("dtype,per_column", [(TensorProto.UINT8, False), (TensorProto.INT8, False),
+                                              (TensorProto.UINT8, True)])
+def test_qlinear_matmul(dtype, per_column):
+    """Rounds half to even and saturates as onnxruntime does; K = 64 makes the int32 sums large."""
+    rng = np.random.default_rng(8)
+    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    info = np.iinfo(np_dtype)
+    n = 5
+    mid = 128 if info.min == 0 else 0  # zero points mid-range: shifted operands of both signs
+    params = {"a_scale": np.array(0.02, np.float32), "a_zero": np.array(mid + 3, np_dtype),
+              "b_scale": (rng.random(n) * 0.03 + 0.01).astype(np.float32) if per_column else
+              np.array(0.025, np.float32),
+              "b_zero": (mid + (rng.integers(0, 9, n) if per_column else np.array(2))).astype(np_dtype),
+              "y_scale": np.array(0.3, np.float32), "y_zero": np.array(7, np_dtype)}
+    inits = [onnx.numpy_helper.from_array(v, k) for k, v in params.items()]
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                              "y_zero"], ["y"])
+    model = make_model([node], [helper.make_tensor_value_info("a", dtype, [3, 64]),
+                                helper.make_tensor_value_info("b", dtype, [64, n])],
+                       [helper.make_tensor_value_info("y", dtype, [3, n])], inits, opset=21)
+    feed = {"a": rng.integers(info.min, info.max, (3, 64)).astype(np_dtype),
+            "b": rng.integers(info.min, info.max, (64, n)).astype(np_dtype)}
+    got = xcomp.compile(model).run(feed)["y"]
+    want = ort_run(model, feed)[0]
+    saturated = (want == info.max) | (want == info.min)
+    assert got.dtype == want.dtype and saturated.any() and not saturated.all()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_qlinear_matmul_rounds_ties_to_even():
+    """5 x 1 / 2 = 2.5 -> 2 and 7 x 1 / 2 = 3.5 -> 4 (TVM's round gives 3 and 4)."""
+    params = {"a_scale": np.array(1, np.float32), "a_zero": np.array(0, np.uint8), "b_scale": np.array(1, np.float32),
+              "b_zero": np.array(0, np.uint8), "y_scale": np.array(2, np.float32), "y_zero": np.array(0, np.uint8)}
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                              "y_zero"], ["y"])
+    model = make_model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 1]),
+                                helper.make_tensor_value_info("b", TensorProto.UINT8, [1, 1])],
+                       [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 1])],
+                       [onnx.numpy_helper.from_array(v, k) for k, v in params.items()], opset=21)
+    feed = {"a": np.array([[5], [7]], np.uint8), "b": np.array([[1]], np.uint8)}
+    got = xcomp.compile(model).run(feed)["y"]
+    np.testing.assert_array_equal(got, [[2], [4]])
+    np.testing.assert_array_equal(got, ort_run(model, feed)[0])

@@ -20,7 +20,7 @@ _OPSET_RANGE = (7, 22)
 UNSUPPORTED_OPS = {
     "Bernoulli", "BlackmanWindow", "Col2Im", "Constant", "ConvInteger", "DFT", "DeformConv", "Det",
     "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
-    "MelWeightMatrix", "QLinearConv", "QLinearMatMul", "RandomUniformLike",
+    "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
     "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
 }

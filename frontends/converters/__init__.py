@@ -10,7 +10,7 @@ UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a N
 being converted, and a way to make the module check a condition at run time.
 
 One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, NonMaxSuppression),
-normalization, math_ops, losses; common holds NodeContext and the helpers they share.
+normalization, math_ops, losses, quantized; common holds NodeContext and the helpers they share.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .gather import convert_gather
 from .losses import convert_nll_loss, convert_softmax_cross_entropy
 from .math_ops import convert_is_inf, convert_pow, convert_prelu, reduce_extreme
 from .normalization import convert_batch_norm, convert_layer_norm
+from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .shape_ops import (convert_center_crop_pad, convert_expand, convert_reshape, convert_sequence_insert,
                         convert_slice, convert_split)
@@ -47,6 +48,7 @@ CONVERTERS = {
     "ReduceMin": reduce_extreme("min"),
     "NegativeLogLikelihoodLoss": convert_nll_loss,
     "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,
+    "QLinearMatMul": convert_qlinear_matmul,
 }
 
 __all__ = ["CONVERTERS", "NodeContext"]
