@@ -22,7 +22,7 @@ UNSUPPORTED_OPS = {
     "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
     "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
-    "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Upsample",
+    "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer",
 }
 
 def _opset(case):

@@ -9,7 +9,7 @@ A converter raises ValueError / NotImplementedError for a node it cannot take; t
 UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a NodeContext: the ONNX node
 being converted, and a way to make the module check a condition at run time.
 
-One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, NonMaxSuppression),
+One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression),
 normalization, math_ops, losses, quantized; common holds NodeContext and the helpers they share.
 """
 
@@ -24,7 +24,7 @@ from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .shape_ops import (convert_center_crop_pad, convert_expand, convert_reshape, convert_sequence_insert,
                         convert_slice, convert_split)
-from .vision import convert_non_max_suppression, convert_resize
+from .vision import convert_non_max_suppression, convert_resize, convert_upsample
 
 CONVERTERS = {
     "LSTM": convert_lstm,
@@ -38,6 +38,7 @@ CONVERTERS = {
     "CenterCropPad": convert_center_crop_pad,
     "SequenceInsert": convert_sequence_insert,
     "Resize": convert_resize,
+    "Upsample": convert_upsample,
     "NonMaxSuppression": convert_non_max_suppression,
     "LayerNormalization": convert_layer_norm,
     "BatchNormalization": convert_batch_norm,

@@ -1,4 +1,4 @@
-"""Resize and NonMaxSuppression."""
+"""Resize, Upsample and NonMaxSuppression."""
 
 from __future__ import annotations
 
@@ -98,3 +98,32 @@ def convert_non_max_suppression(bb, inputs, attrs, opset, stock):
     # test (a box at exactly the threshold was dropped)
     threshold = np.nextafter(np.float32(const_value(inputs[3]).item()), np.float32(np.inf))
     return stock([*inputs[:3], relax_api().const(threshold, "float32"), *inputs[4:]])
+
+
+def convert_upsample(bb, inputs, attrs, opset, stock=None):
+    """Upsample (deprecated since opset 10, still in older YOLO-era exports) as TVM's 2-D resize: asymmetric
+    coordinates, nearest rounding down or linear. TVM's own converter failed at opset 9 and gave wrong numbers
+    at opset 7. Whole output sizes of an NCHW input only, its batch and channels unscaled."""
+    import tvm
+
+    relax = relax_api()
+    data = inputs[0]
+    scales = attrs.get("scales") if opset < 9 else (const_value(inputs[1]) if len(inputs) > 1 else None)
+    if scales is None:
+        raise NotImplementedError("Upsample with scales computed in the graph")
+    scales = [float(s) for s in np.asarray(scales).ravel()]
+    dims = data.ty.shape.values if data.ty.shape is not None else []
+    if len(scales) != 4 or len(dims) != 4 or scales[:2] != [1.0, 1.0]:
+        raise NotImplementedError(f"Upsample by {scales} of a rank-{len(dims)} input: only NCHW height and width")
+    size = []
+    for dim, scale in zip(dims[2:], scales[2:]):
+        if not isinstance(dim, tvm.tirx.IntImm) or int(dim) * scale != int(int(dim) * scale):
+            raise NotImplementedError(f"Upsample by {scale:g} of an axis of size {dim}: not a whole output size")
+        size.append(int(int(dim) * scale))
+    mode = attrs.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    method = {"nearest": "nearest_neighbor", "linear": "linear", "bilinear": "linear"}.get(mode)
+    if method is None:
+        raise NotImplementedError(f"Upsample mode {mode!r}")
+    return relax.op.image.resize2d(data, size, roi=[0.0, 0.0, 0.0, 0.0], layout="NCHW", method=method,
+                                   coordinate_transformation_mode="asymmetric", rounding_method="floor")
