@@ -380,20 +380,23 @@ def unsupported_nodes(proto, opset):
 
 
 def _refuse_non_tensor_values(proto, opset):
-    """A module takes and returns tensors: a graph input or output of sequence or optional type is refused,
-    naming the nodes that read or write it (before, a sequence output came back flattened into tensors)."""
+    """A module takes and returns numeric tensors: a graph input or output of sequence, optional or string type
+    is refused, naming the nodes that read or write it (before, a sequence output came back flattened into
+    tensors, and a string input failed as "unknown dtype `object`")."""
     odd, nodes = [], []
     for value, kind in [(v, "input") for v in proto.graph.input] + [(v, "output") for v in proto.graph.output]:
         which = value.type.WhichOneof("value")
+        if which == "tensor_type" and value.type.tensor_type.elem_type == _onnx().TensorProto.STRING:
+            which = "string_tensor_type"
         if which not in (None, "tensor_type"):
-            kind_name = which.replace("_type", "")
+            kind_name = which.replace("_type", "").replace("_", " ")
             odd.append(f"{kind} {value.name!r} is {'an' if kind_name[0] in 'aeiou' else 'a'} {kind_name}")
             nodes += [(n.name, n.op_type, opset) for n in proto.graph.node
                       if value.name in (n.input if kind == "input" else n.output)
                       and (n.name, n.op_type, opset) not in nodes]
     if odd:
         error = UnsupportedOpError(nodes)
-        error.args = ("; ".join(odd) + f": xcomp modules take and return tensors only ({error})",)
+        error.args = ("; ".join(odd) + f": xcomp modules take and return numeric tensors only ({error})",)
         raise error
 
 

@@ -62,8 +62,16 @@ def test_sequence_output_is_refused_naming_its_node():
     with pytest.raises(xcomp.UnsupportedOpError) as info:
         xcomp.compile(model)
     assert info.value.nodes == [("pack", "SequenceConstruct", 17)]
-    assert str(info.value) == ("output 'seq' is a sequence: xcomp modules take and return tensors only "
+    assert str(info.value) == ("output 'seq' is a sequence: xcomp modules take and return numeric tensors only "
                                "(1 unsupported node(s): pack (SequenceConstruct, opset 17))")
+
+
+def test_string_input_is_refused_naming_its_node():
+    model = make_model([helper.make_node("Equal", ["s", "t"], ["y"], name="same")],
+                       [helper.make_tensor_value_info(n, TensorProto.STRING, [2]) for n in "st"],
+                       [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])], opset=19)
+    with pytest.raises(xcomp.UnsupportedOpError, match="input 's' is a string tensor; input 't' is a string tensor"):
+        xcomp.compile(model)
 
 
 def test_cyclic_graph():
