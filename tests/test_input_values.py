@@ -57,6 +57,16 @@ def test_fixed_input_matches_onnxruntime_and_is_checked(tmp_path):
     assert set(loaded.random_inputs()) == {"data", "axes"}  # a whole feed, for onnxruntime too
 
 
+def test_in_model_profile_and_benchmark_of_a_module_with_fixed_inputs():
+    """The report's per-group profile calls main with the module's own arguments, not the whole feed."""
+    from xcomp.profile import in_model_times
+
+    module = xcomp.compile(_reduce_sum_model(), input_values={"axes": [1]})
+    times = in_model_times(module, runs=2)
+    assert times and all(len(v) >= 2 for v in times.values())
+    assert module.benchmark(repeat=2)["runs"] == 2
+
+
 @pytest.mark.parametrize("values,message", [
     ({"axes": [1.5]}, "the input is int64, got"),
     ({"axes": [1, 2]}, "has shape [1] (1 values), got 2 value(s)"),

@@ -44,7 +44,8 @@ def in_model_times(module, runs: int = 10) -> dict:
     from xcomp.module import runtime_checks_as_input_errors
 
     vm = relax.VirtualMachine(module._executable, module.backend.device())
-    args = [tvm.runtime.tensor(a, module.backend.device()) for a in module.random_inputs(0).values()]
+    inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
+    args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
     with runtime_checks_as_input_errors():
         vm["main"](*args)  # warm-up, uninstrumented
     started, times = {}, {}
