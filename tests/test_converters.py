@@ -21,15 +21,37 @@ def _resize_model(scales, antialias=0, mode="linear", size=(1, 1, 4, 4)):
 
 
 def test_resize_that_tvm_would_get_wrong_is_refused():
-    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional."""
-    with pytest.raises(xcomp.UnsupportedOpError, match="scale 0.6 of an axis of size 4: the output size 2"):
-        xcomp.compile(_resize_model([1, 1, 0.6, 0.6]))
+    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional: an
+    upscale by 1.7 maps pixel 0 to a coordinate before the input, which only tf_crop_and_resize could express,
+    and it pads there where ONNX clamps."""
+    with pytest.raises(xcomp.UnsupportedOpError, match="scale 1.7 of an axis of size 4: the output size 6"):
+        xcomp.compile(_resize_model([1, 1, 1.7, 1.7]))
+    with pytest.raises(xcomp.UnsupportedOpError, match="single row or column: TVM's map divides by zero"):
+        xcomp.compile(_align_corners(_resize_model([1, 1, 0.25, 1])))
     with pytest.raises(xcomp.UnsupportedOpError, match="antialias=1 when downsampling"):
         xcomp.compile(_resize_model([1, 1, 0.5, 0.5], antialias=1))
     for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay, and are right
         model = _resize_model(scales, antialias)
         x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
         assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def _align_corners(model):
+    model.graph.node[0].attribute.append(helper.make_attribute("coordinate_transformation_mode", "align_corners"))
+    return model
+
+
+@pytest.mark.parametrize("scales,mode,transform", [([1, 1, 0.6, 0.6], "linear", "half_pixel"),
+                                                   ([1, 1, 0.7, 0.8], "cubic", "half_pixel"),
+                                                   ([1, 1, 0.6, 0.75], "nearest", "pytorch_half_pixel"),
+                                                   ([1, 1, 0.7, 0.55], "linear", "asymmetric")])
+def test_resize_by_a_fractional_scale(scales, mode, transform):
+    """size x scale not whole: done as tf_crop_and_resize with a roi that makes ONNX's own map (downscales, whose
+    coordinates all fall inside the input)."""
+    model = _resize_model(scales, mode=mode, size=(1, 2, 5, 7))
+    model.graph.node[0].attribute.append(helper.make_attribute("coordinate_transformation_mode", transform))
+    x = np.random.default_rng(10).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
 
 
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])

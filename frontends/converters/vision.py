@@ -26,15 +26,73 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         raise NotImplementedError("Resize with antialias=1 when downsampling: TVM's resize has no antialias filter")
     transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
     transform = transform.decode() if isinstance(transform, bytes) else transform
+    if transform in ("align_corners", "tf_crop_and_resize") and _shrinks_to_one(inputs, scales):
+        raise NotImplementedError(f"Resize ({transform}) to a single row or column: TVM's map divides by zero")
     if scales is not None and scales.size and transform not in ("align_corners", "tf_crop_and_resize"):
         shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
         for dim, scale in zip(shape, scales.tolist()):
             if isinstance(dim, tvm.tirx.IntImm) and int(dim) * scale != int(int(dim) * scale):
+                cropped = _as_crop_and_resize(inputs, transform, scales, opset)
+                if cropped is not None:
+                    attrs["coordinate_transformation_mode"] = b"tf_crop_and_resize"
+                    return stock(cropped)
                 raise NotImplementedError(
                     f"Resize by scale {scale:g} of an axis of size {int(dim)}: the output size "
                     f"{int(int(dim) * scale)} is not size x scale, and TVM's resize maps coordinates by the size "
                     f"ratio where ONNX uses the scale ({transform}); give the model sizes instead of scales")
     return stock(inputs)
+
+
+def _as_crop_and_resize(inputs, transform, scales, opset):
+    """The Resize as tf_crop_and_resize, whose roi makes any affine map from output to input coordinates:
+    x_in = start (W - 1) + x (end - start) (W - 1) / (T - 1), the midpoint of the roi when T = 1. Each ONNX
+    transform below is such a map, x_in = slope x + offset, with the scale itself in it. Used only where every
+    x_in falls inside the input (tf_crop_and_resize pads outside it, the others clamp), as when downsampling,
+    and no spatial output size is 1. None where it does not apply."""
+    import tvm
+
+    relax = relax_api()
+    dims = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+    if opset < 11 or not all(isinstance(d, tvm.tirx.IntImm) for d in dims) or len(dims) != len(scales):
+        return None
+    starts, ends, sizes = [], [], []
+    for axis, (dim, scale) in enumerate(zip((int(d) for d in dims), scales.tolist())):
+        size = int(dim * scale)
+        slope = 1.0 / scale
+        offset = {"asymmetric": 0.0, "half_pixel": 0.5 / scale - 0.5,
+                  "pytorch_half_pixel": 0.5 / scale - 0.5 if size > 1 else 0.0,
+                  "half_pixel_symmetric": dim / 2 * (1 - size / (scale * dim)) + 0.5 / scale - 0.5}.get(transform)
+        if offset is None or size < 1 or (size == 1 and axis >= 2):  # spatial T = 1: TVM divides by T - 1 = 0
+            return None
+        last = offset + slope * (size - 1)
+        if dim == 1:
+            if scale != 1:
+                return None
+            start = end = 0.0
+        elif offset < 0 or last > dim - 1:
+            return None
+        else:
+            start = offset / (dim - 1)
+            end = start + (slope * (size - 1) / (dim - 1) if size > 1 else 0.0)
+        starts.append(start)
+        ends.append(end)
+        sizes.append(size)
+    roi = relax.const(np.array(starts + ends, np.float32), "float32")
+    return [inputs[0], roi, None, relax.const(np.array(sizes, np.int64), "int64")]
+
+
+def _shrinks_to_one(inputs, scales) -> bool:
+    """Whether a Resize has an output size of 1 on a spatial axis (every axis after batch and channels), where
+    TVM's align_corners and tf_crop_and_resize maps divide by the size - 1 (a build error even where unused)."""
+    import tvm
+
+    dims = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+    sizes = const_value(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
+    if sizes is None or not sizes.size:
+        if scales is None or not scales.size:
+            return False
+        sizes = [int(int(d) * s) if isinstance(d, tvm.tirx.IntImm) else 0 for d, s in zip(dims, scales.tolist())]
+    return any(int(n) == 1 for n in list(sizes)[2:])
 
 
 def _resize_on_every_axis(inputs, axes):
