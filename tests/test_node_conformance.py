@@ -21,7 +21,7 @@ UNSUPPORTED_OPS = {
     "Bernoulli", "BlackmanWindow", "Col2Im", "Constant", "ConvInteger", "DFT", "DeformConv", "Det",
     "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
     "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
-    "RegexFullMatch", "Resize", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
+    "RegexFullMatch", "STFT", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
     "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer",
 }
 
