@@ -342,3 +342,13 @@ def test_upsample(opset, mode, scale):
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits, opset=opset)
     x = np.random.default_rng(9).standard_normal((1, 2, 4, 4)).astype(np.float32)
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("size,scale", [(10, 0.7), (100, 0.29)])
+def test_resize_output_size_is_counted_in_float32(size, scale):
+    """onnxruntime takes 10 x 0.7f as 7; TVM counted it in float64 as 6.99999... -> 6 (a wrong output shape)."""
+    model = _resize_model([1, 1, scale, scale], mode="linear", size=(1, 1, size, size))
+    x = np.random.default_rng(11).standard_normal((1, 1, size, size)).astype(np.float32)
+    module = xcomp.compile(model)
+    assert module.outputs[0].shape[2] == int(np.float32(size) * np.float32(scale))
+    assert_matches_ort(module, model, {"x": x})

@@ -8,10 +8,12 @@ from .common import const_value, relax_api
 
 
 def convert_resize(bb, inputs, attrs, opset, stock):
-    """TVM's Resize, refusing what it would get wrong. Its resize maps output to input coordinates by the ratio
-    of the sizes; ONNX maps them by the given scale, and the two differ when size x scale is not a whole number
-    (a 0.6 downscale of 4 pixels gives 2, a ratio of 0.5). It has no antialias filter and ignores
-    keep_aspect_ratio_policy. Scales or sizes given for some axes (opset 18) are spread over every axis."""
+    """TVM's Resize, mended or refused where it would be wrong. Output sizes from scales are counted as
+    onnxruntime counts them (float32) and handed over as sizes. TVM's resize maps output to input coordinates
+    by the ratio of the sizes, ONNX by the scale, and the two differ when size x scale is not whole (a 0.6
+    downscale of 4 pixels gives 2, a ratio of 0.5): such a Resize goes through tf_crop_and_resize where it can,
+    else it is refused. TVM has no antialias filter and ignores keep_aspect_ratio_policy. Scales or sizes given
+    for some axes (opset 18) are spread over every axis."""
     import tvm
 
     policy = attrs.get("keep_aspect_ratio_policy", b"stretch")
@@ -28,36 +30,44 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     transform = transform.decode() if isinstance(transform, bytes) else transform
     if transform in ("align_corners", "tf_crop_and_resize") and _shrinks_to_one(inputs, scales):
         raise NotImplementedError(f"Resize ({transform}) to a single row or column: TVM's map divides by zero")
-    if scales is not None and scales.size and transform not in ("align_corners", "tf_crop_and_resize"):
-        shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-        for dim, scale in zip(shape, scales.tolist()):
-            if isinstance(dim, tvm.tirx.IntImm) and int(dim) * scale != int(int(dim) * scale):
-                cropped = _as_crop_and_resize(inputs, transform, scales, opset)
-                if cropped is not None:
-                    attrs["coordinate_transformation_mode"] = b"tf_crop_and_resize"
-                    return stock(cropped)
-                raise NotImplementedError(
-                    f"Resize by scale {scale:g} of an axis of size {int(dim)}: the output size "
-                    f"{int(int(dim) * scale)} is not size x scale, and TVM's resize maps coordinates by the size "
-                    f"ratio where ONNX uses the scale ({transform}); give the model sizes instead of scales")
-    return stock(inputs)
+    if scales is None or not scales.size:
+        return stock(inputs)
+    shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+    if not shape or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+        raise NotImplementedError("Resize by scales of an input with symbolic dims")
+    dims = [int(d) for d in shape]
+    # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's count)
+    products = [np.float32(d) * np.float32(s) for d, s in zip(dims, scales.tolist())]
+    sizes = [int(p) for p in products]
+    if opset >= 11:  # sizes instead of scales, counted as onnxruntime counts them
+        inputs = [inputs[0], inputs[1], None, relax_api().const(np.array(sizes, np.int64), "int64")]
+    elif sizes != [int(d * s) for d, s in zip(dims, scales.tolist())]:
+        raise NotImplementedError(f"Resize-10 by {scales.tolist()}: float32 and float64 disagree on its size")
+    if transform in ("align_corners", "tf_crop_and_resize") or all(p == n for p, n in zip(products, sizes)):
+        return stock(inputs)  # these maps do not involve the scale, or the scale is the ratio of the sizes
+    cropped = _as_crop_and_resize(inputs, transform, scales, sizes)
+    if cropped is not None:
+        attrs["coordinate_transformation_mode"] = b"tf_crop_and_resize"
+        return stock(cropped)
+    dim, scale, size = next((d, s, n) for d, s, n, p in zip(dims, scales.tolist(), sizes, products) if p != n)
+    raise NotImplementedError(
+        f"Resize by scale {scale:g} of an axis of size {dim}: the output size {size} is not size x scale, and "
+        f"TVM's resize maps coordinates by the size ratio where ONNX uses the scale ({transform}); give the model "
+        "sizes instead of scales")
 
 
-def _as_crop_and_resize(inputs, transform, scales, opset):
+def _as_crop_and_resize(inputs, transform, scales, sizes):
     """The Resize as tf_crop_and_resize, whose roi makes any affine map from output to input coordinates:
     x_in = start (W - 1) + x (end - start) (W - 1) / (T - 1), the midpoint of the roi when T = 1. Each ONNX
     transform below is such a map, x_in = slope x + offset, with the scale itself in it. Used only where every
     x_in falls inside the input (tf_crop_and_resize pads outside it, the others clamp), as when downsampling,
     and no spatial output size is 1. None where it does not apply."""
-    import tvm
-
     relax = relax_api()
-    dims = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-    if opset < 11 or not all(isinstance(d, tvm.tirx.IntImm) for d in dims) or len(dims) != len(scales):
+    dims = [int(d) for d in inputs[0].ty.shape.values]
+    if len(inputs) < 4 or len(dims) != len(scales):  # (opset 10: no roi input)
         return None
-    starts, ends, sizes = [], [], []
-    for axis, (dim, scale) in enumerate(zip((int(d) for d in dims), scales.tolist())):
-        size = int(dim * scale)
+    starts, ends = [], []
+    for axis, (dim, scale, size) in enumerate(zip(dims, scales.tolist(), sizes)):
         slope = 1.0 / scale
         offset = {"asymmetric": 0.0, "half_pixel": 0.5 / scale - 0.5,
                   "pytorch_half_pixel": 0.5 / scale - 0.5 if size > 1 else 0.0,
@@ -76,7 +86,6 @@ def _as_crop_and_resize(inputs, transform, scales, opset):
             end = start + (slope * (size - 1) / (dim - 1) if size > 1 else 0.0)
         starts.append(start)
         ends.append(end)
-        sizes.append(size)
     roi = relax.const(np.array(starts + ends, np.float32), "float32")
     return [inputs[0], roi, None, relax.const(np.array(sizes, np.int64), "int64")]
 
