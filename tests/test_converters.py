@@ -352,3 +352,36 @@ def test_resize_output_size_is_counted_in_float32(size, scale):
     module = xcomp.compile(model)
     assert module.outputs[0].shape[2] == int(np.float32(size) * np.float32(scale))
     assert_matches_ort(module, model, {"x": x})
+
+
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER"])
+def test_conv_transpose_output_shape(auto_pad):
+    """TVM ignored output_shape: a 10 x 11 output came out 11 x 11."""
+    weight = onnx.numpy_helper.from_array(np.random.default_rng(12).standard_normal((2, 3, 3, 3)).astype(np.float32),
+                                          "w")
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[10, 11],
+                            auto_pad=auto_pad)
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 10, 11])], [weight], opset=11)
+    x = np.random.default_rng(13).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("mode,scales", [("nearest", [1, 1, 2, 2]), ("linear", [1, 1, 2, 3]),
+                                         ("nearest", [1, 1, 0.5, 0.75]), ("linear", [1, 1, 0.5, 0.75])])
+def test_resize_10(mode, scales):
+    """Resize-10 (X and scales only): asymmetric coordinates; TVM's converter found no sizes there."""
+    const = onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")
+    model = make_model([helper.make_node("Resize", ["x", "scales"], ["y"], mode=mode)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [const], opset=10)
+    x = np.random.default_rng(14).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_celu():
+    model = make_model([helper.make_node("Celu", ["x"], ["y"], alpha=0.7)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], opset=12)
+    x = np.linspace(-3, 3, 10, dtype=np.float32).reshape(2, 5)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})

@@ -18,12 +18,12 @@ from __future__ import annotations
 from .common import NodeContext
 from .gather import convert_gather
 from .losses import convert_nll_loss, convert_softmax_cross_entropy
-from .math_ops import convert_is_inf, convert_pow, convert_prelu, reduce_extreme
+from .math_ops import convert_celu, convert_is_inf, convert_pow, convert_prelu, reduce_extreme
 from .normalization import convert_batch_norm, convert_layer_norm
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
-from .shape_ops import (convert_center_crop_pad, convert_expand, convert_reshape, convert_sequence_insert,
-                        convert_slice, convert_split)
+from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
+                        convert_sequence_insert, convert_slice, convert_split)
 from .vision import convert_non_max_suppression, convert_resize, convert_upsample
 
 CONVERTERS = {
@@ -36,6 +36,7 @@ CONVERTERS = {
     "Split": convert_split,
     "Expand": convert_expand,
     "CenterCropPad": convert_center_crop_pad,
+    "ConvTranspose": convert_conv_transpose,
     "SequenceInsert": convert_sequence_insert,
     "Resize": convert_resize,
     "Upsample": convert_upsample,
@@ -44,6 +45,7 @@ CONVERTERS = {
     "BatchNormalization": convert_batch_norm,
     "PRelu": convert_prelu,
     "IsInf": convert_is_inf,
+    "Celu": convert_celu,
     "Pow": convert_pow,
     "ReduceMax": reduce_extreme("max"),
     "ReduceMin": reduce_extreme("min"),

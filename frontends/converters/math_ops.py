@@ -1,4 +1,4 @@
-"""Elementwise and reduction ops: PRelu, IsInf, Pow, ReduceMax / ReduceMin."""
+"""Elementwise and reduction ops: PRelu, IsInf, Pow, Celu, ReduceMax / ReduceMin."""
 
 from __future__ import annotations
 
@@ -76,3 +76,15 @@ def reduce_extreme(extreme):
         return relax.const(np.full([int(d) for d in out_shape.values], fill, dtype))
 
     return convert
+
+
+def convert_celu(bb, inputs, attrs, opset, stock=None):
+    """Celu (TVM has no converter): max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
+    relax = relax_api()
+    data = inputs[0]
+    dtype = dtype_of(data)
+    alpha = relax.const(attrs.get("alpha", 1.0), dtype)
+    zero = relax.const(0, dtype)
+    negative = relax.op.multiply(alpha, relax.op.subtract(relax.op.exp(relax.op.divide(data, alpha)),
+                                                          relax.const(1, dtype)))
+    return relax.op.add(relax.op.maximum(data, zero), relax.op.minimum(negative, zero))

@@ -1,4 +1,5 @@
-"""Ops that move or reshape data: Reshape, Slice, Split, Expand, CenterCropPad, SequenceInsert."""
+"""Ops that move or reshape data: Reshape, Slice, Split, Expand, CenterCropPad, SequenceInsert; and
+ConvTranspose's output_shape, which sets its pads."""
 
 from __future__ import annotations
 
@@ -133,3 +134,35 @@ def convert_expand(bb, inputs, attrs, opset, stock):
         target = bb.normalize(relax.op.concat([relax.const(np.ones(rank - length, np.int64), "int64"), target]))
     ones = relax.const(1, "int64")
     return stock([data, bb.normalize(relax.op.where(relax.op.equal(target, ones), input_dims, target))])
+
+
+def convert_conv_transpose(bb, inputs, attrs, opset, stock):
+    """TVM's ConvTranspose ignores output_shape (a 10-wide output came out 11 wide). With it, the spec derives
+    the pads: total = stride (in - 1) + output_padding + (kernel - 1) dilation + 1 - out, split evenly with the
+    odd one at the start (at the end for SAME_UPPER); the pads are handed over and output_shape dropped."""
+    output_shape = attrs.pop("output_shape", None)
+    if not output_shape:
+        return stock()
+    data = inputs[0]
+    spatial = data.ty.ndim - 2
+    output_shape = list(output_shape)[-spatial:]  # (it may include batch and channels)
+    dims = [static_dim(data, 2 + i, f"ConvTranspose input axis {2 + i}", "output_shape sets the pads from it")
+            for i in range(spatial)]
+    kernel = list(attrs.get("kernel_shape") or
+                  [static_dim(inputs[1], 2 + i, "ConvTranspose kernel axis", "the pads are computed from it")
+                   for i in range(spatial)])
+    strides = list(attrs.get("strides", [1] * spatial))
+    dilations = list(attrs.get("dilations", [1] * spatial))
+    output_padding = list(attrs.get("output_padding", [0] * spatial))
+    auto_pad = attrs.pop("auto_pad", b"NOTSET")
+    upper = (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) == "SAME_UPPER"
+    begin, end = [], []
+    for i in range(spatial):
+        total = strides[i] * (dims[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - output_shape[i]
+        if total < 0:
+            raise NotImplementedError(f"ConvTranspose output_shape {output_shape} is larger than the full output")
+        small, large = total // 2, total - total // 2
+        begin.append(small if upper else large)
+        end.append(large if upper else small)
+    attrs["pads"] = begin + end
+    return stock()

@@ -26,6 +26,11 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         else None
     if attrs.get("antialias", 0) and _downsamples(inputs[0], scales, inputs[3] if len(inputs) > 3 else None):
         raise NotImplementedError("Resize with antialias=1 when downsampling: TVM's resize has no antialias filter")
+    if opset < 11:  # Resize-10 had neither attribute: asymmetric coordinates, nearest rounded down when upscaling
+        attrs["coordinate_transformation_mode"] = b"asymmetric"
+        attrs["nearest_mode"] = b"floor" if scales is None or (scales >= 1).all() else b"ceil"
+        if scales is not None and (scales > 1).any() and (scales < 1).any():
+            raise NotImplementedError("Resize-10 that enlarges one axis and shrinks another")
     transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
     transform = transform.decode() if isinstance(transform, bytes) else transform
     if transform in ("align_corners", "tf_crop_and_resize") and _shrinks_to_one(inputs, scales):
@@ -39,10 +44,10 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's count)
     products = [np.float32(d) * np.float32(s) for d, s in zip(dims, scales.tolist())]
     sizes = [int(p) for p in products]
-    if opset >= 11:  # sizes instead of scales, counted as onnxruntime counts them
-        inputs = [inputs[0], inputs[1], None, relax_api().const(np.array(sizes, np.int64), "int64")]
-    elif sizes != [int(d * s) for d, s in zip(dims, scales.tolist())]:
-        raise NotImplementedError(f"Resize-10 by {scales.tolist()}: float32 and float64 disagree on its size")
+    # sizes instead of scales, counted as onnxruntime counts them, in the opset-11 layout (X, roi, scales,
+    # sizes) that TVM's converter reads at every opset (at 10, whose inputs are X and scales, it found no sizes)
+    roi = inputs[1] if opset >= 11 else None
+    inputs = [inputs[0], roi, None, relax_api().const(np.array(sizes, np.int64), "int64")]
     if transform in ("align_corners", "tf_crop_and_resize") or all(p == n for p, n in zip(products, sizes)):
         return stock(inputs)  # these maps do not involve the scale, or the scale is the ratio of the sizes
     cropped = _as_crop_and_resize(inputs, transform, scales, sizes)
