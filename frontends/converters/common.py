@@ -35,6 +35,12 @@ def dtype_of(expr) -> str:
     return str(getattr(dtype, "dtype", dtype))
 
 
+def string_attr(attrs, name, default) -> str:
+    """A string attribute as str (TVM's importer hands them over as bytes)."""
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def static_dim(expr, axis, what, why="the recurrence is unrolled over it"):
     import tvm
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import dtype_of, relax_api
+from .common import dtype_of, relax_api, string_attr
 
 
 def _nll_loss(bb, log_prob, target, weight, attrs):
     """loss[n, d...] = -log_prob[n, target[n, d...], d...] * weight[target], 0 where target == ignore_index;
     reduced by 'none', 'sum' or 'mean' (the sum over the weights that applied, as the spec says)."""
     relax = relax_api()
-    reduction = attrs.get("reduction", b"mean")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    reduction = string_attr(attrs, "reduction", "mean")
     dtype = dtype_of(log_prob)
     target = bb.normalize(relax.op.astype(target, "int64"))
     ignore = attrs.get("ignore_index")

@@ -7,7 +7,7 @@ GRU linear_before_reset 0/1, and all the activations the spec lists."""
 
 from __future__ import annotations
 
-from .common import dtype_of, relax_api, slice_axis, static_dim, take_index, transpose2d
+from .common import dtype_of, relax_api, slice_axis, static_dim, string_attr, take_index, transpose2d
 
 
 # -- activations (ONNX RNN activation names; alpha/beta defaults as onnxruntime uses them) -----------------------
@@ -86,8 +86,7 @@ def _recurrent(kind, bb, inputs, attrs, opset):
         raise ValueError(f"{kind} needs its X, W and R inputs")
     dtype = dtype_of(x)
     gates = _GATES[kind]
-    direction = attrs.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    direction = string_attr(attrs, "direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ValueError(f"direction {direction!r} is not forward, reverse or bidirectional")
     num_dirs = 2 if direction == "bidirectional" else 1

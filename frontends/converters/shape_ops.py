@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import const_value, dtype_of, relax_api, static_dim
+from .common import const_value, dtype_of, relax_api, static_dim, string_attr
 
 
 # -- Reshape ----------------------------------------------------------------------------------------------------
@@ -154,8 +154,8 @@ def convert_conv_transpose(bb, inputs, attrs, opset, stock):
     strides = list(attrs.get("strides", [1] * spatial))
     dilations = list(attrs.get("dilations", [1] * spatial))
     output_padding = list(attrs.get("output_padding", [0] * spatial))
-    auto_pad = attrs.pop("auto_pad", b"NOTSET")
-    upper = (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) == "SAME_UPPER"
+    upper = string_attr(attrs, "auto_pad", "NOTSET") == "SAME_UPPER"
+    attrs.pop("auto_pad", None)
     begin, end = [], []
     for i in range(spatial):
         total = strides[i] * (dims[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - output_shape[i]

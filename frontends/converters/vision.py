@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import const_value, relax_api
+from .common import const_value, relax_api, string_attr
 
 
 def convert_resize(bb, inputs, attrs, opset, stock):
@@ -16,8 +16,8 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     for some axes (opset 18) are spread over every axis."""
     import tvm
 
-    policy = attrs.get("keep_aspect_ratio_policy", b"stretch")
-    if (policy.decode() if isinstance(policy, bytes) else policy) != "stretch":
+    policy = string_attr(attrs, "keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
         raise NotImplementedError(f"Resize with keep_aspect_ratio_policy={policy!r}: TVM's resize ignores it")
     if attrs.get("axes") is not None:
         inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
@@ -31,19 +31,24 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         attrs["nearest_mode"] = b"floor" if scales is None or (scales >= 1).all() else b"ceil"
         if scales is not None and (scales > 1).any() and (scales < 1).any():
             raise NotImplementedError("Resize-10 that enlarges one axis and shrinks another")
-    transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
-    transform = transform.decode() if isinstance(transform, bytes) else transform
-    if transform in ("align_corners", "tf_crop_and_resize") and _shrinks_to_one(inputs, scales):
+    transform = string_attr(attrs, "coordinate_transformation_mode", "half_pixel")
+    if scales is not None and scales.size:
+        shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
+        if not shape or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            raise NotImplementedError("Resize by scales of an input with symbolic dims")
+        dims = [int(d) for d in shape]
+        # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's)
+        products = [np.float32(d) * np.float32(s) for d, s in zip(dims, scales.tolist())]
+        sizes = [int(p) for p in products]
+    else:
+        sizes = const_value(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
+    # a spatial output of size 1 (after batch and channels): these maps divide by size - 1, a build error even
+    # where the division is not used
+    if transform in ("align_corners", "tf_crop_and_resize") and sizes is not None and \
+            any(int(n) == 1 for n in list(sizes)[2:]):
         raise NotImplementedError(f"Resize ({transform}) to a single row or column: TVM's map divides by zero")
     if scales is None or not scales.size:
         return stock(inputs)
-    shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-    if not shape or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-        raise NotImplementedError("Resize by scales of an input with symbolic dims")
-    dims = [int(d) for d in shape]
-    # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's count)
-    products = [np.float32(d) * np.float32(s) for d, s in zip(dims, scales.tolist())]
-    sizes = [int(p) for p in products]
     # sizes instead of scales, counted as onnxruntime counts them, in the opset-11 layout (X, roi, scales,
     # sizes) that TVM's converter reads at every opset (at 10, whose inputs are X and scales, it found no sizes)
     roi = inputs[1] if opset >= 11 else None
@@ -69,7 +74,7 @@ def _as_crop_and_resize(inputs, transform, scales, sizes):
     and no spatial output size is 1. None where it does not apply."""
     relax = relax_api()
     dims = [int(d) for d in inputs[0].ty.shape.values]
-    if len(inputs) < 4 or len(dims) != len(scales):  # (opset 10: no roi input)
+    if len(dims) != len(scales):
         return None
     starts, ends = [], []
     for axis, (dim, scale, size) in enumerate(zip(dims, scales.tolist(), sizes)):
@@ -93,20 +98,6 @@ def _as_crop_and_resize(inputs, transform, scales, sizes):
         ends.append(end)
     roi = relax.const(np.array(starts + ends, np.float32), "float32")
     return [inputs[0], roi, None, relax.const(np.array(sizes, np.int64), "int64")]
-
-
-def _shrinks_to_one(inputs, scales) -> bool:
-    """Whether a Resize has an output size of 1 on a spatial axis (every axis after batch and channels), where
-    TVM's align_corners and tf_crop_and_resize maps divide by the size - 1 (a build error even where unused)."""
-    import tvm
-
-    dims = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-    sizes = const_value(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
-    if sizes is None or not sizes.size:
-        if scales is None or not scales.size:
-            return False
-        sizes = [int(int(d) * s) if isinstance(d, tvm.tirx.IntImm) else 0 for d, s in zip(dims, scales.tolist())]
-    return any(int(n) == 1 for n in list(sizes)[2:])
 
 
 def _resize_on_every_axis(inputs, axes):
@@ -137,7 +128,7 @@ def _resize_on_every_axis(inputs, axes):
             expanded = np.array([int(d) for d in dims])
             expanded[axes] = value
         full[position] = relax.const(expanded.astype(value.dtype), str(value.dtype))
-    return type(inputs)(full) if not isinstance(inputs, list) else full
+    return full
 
 
 def _downsamples(data, scales, sizes) -> bool:
@@ -192,8 +183,7 @@ def convert_upsample(bb, inputs, attrs, opset, stock=None):
         if not isinstance(dim, tvm.tirx.IntImm) or int(dim) * scale != int(int(dim) * scale):
             raise NotImplementedError(f"Upsample by {scale:g} of an axis of size {dim}: not a whole output size")
         size.append(int(int(dim) * scale))
-    mode = attrs.get("mode", b"nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = string_attr(attrs, "mode", "nearest")
     method = {"nearest": "nearest_neighbor", "linear": "linear", "bilinear": "linear"}.get(mode)
     if method is None:
         raise NotImplementedError(f"Upsample mode {mode!r}")
