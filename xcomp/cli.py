@@ -400,8 +400,8 @@ def _bench_report(args, targets):
     report = collect_report(_model_arg(args.model), targets=targets,
                             baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
                             input_values=_input_values(args), db=args.db, results=args.results or [],
-                            warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model, argv=args.argv, progress=not args.quiet,
-                            profile_groups=detail, blas=detail)
+                            warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
+                            argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
