@@ -1,8 +1,10 @@
-"""Shared helpers: shipped models, tiny hand-built models, the onnxruntime oracle."""
+"""Shared helpers: shipped models, tiny hand-built models, the onnxruntime oracle, the CLI in a subprocess."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -32,6 +34,12 @@ def assert_matches_ort(module, model, inputs, rtol=RTOL, atol=ATOL):
     assert len(ours) == len(ref)
     for (name, got), want in zip(ours.items(), ref):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {name}")
+
+
+def xcomp_cli(*args, cwd=None):
+    """The CLI as a user runs it: `python -m xcomp ARGS` in its own process."""
+    return subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, name="g"):

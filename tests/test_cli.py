@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 
-from conftest import ort_run, tiny_mlp
-
-
-def xcomp_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+from conftest import ort_run, tiny_mlp, xcomp_cli
 
 
 def test_help_teaches():

@@ -4,8 +4,6 @@ input_values / --input-value."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -13,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import xcomp
-from conftest import assert_matches_ort, make_model
+from conftest import assert_matches_ort, make_model, xcomp_cli
 from xcomp.frontends.input_values import InputValuesRequired
 
 
@@ -94,26 +92,22 @@ def test_slice_with_runtime_bounds_compiles_once_they_are_given():
     assert_matches_ort(module, model, feed)
 
 
-def _run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True, timeout=300)
-
-
 def test_cli_input_value(tmp_path):
     path = str(tmp_path / "rsum.onnx")
     onnx.save(_reduce_sum_model(), path)
-    refused = _run_cli("compile", path, "-q", "-o", str(tmp_path / "x.xc"))
+    refused = xcomp_cli("compile", path, "-q", "-o", str(tmp_path / "x.xc"))
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert "--input-value axes=" in refused.stderr
-    info = json.loads(_run_cli("info", path, "--json").stdout)
+    info = json.loads(xcomp_cli("info", path, "--json").stdout)
     assert info["needs_input_values"]["inputs"] == {"axes": ["'axes' of ReduceSum node sum_rows"]}
     out = str(tmp_path / "rsum.xc")
-    done = _run_cli("compile", path, "-q", "-o", out, "--input-value", "axes=2")
+    done = xcomp_cli("compile", path, "-q", "-o", out, "--input-value", "axes=2")
     assert done.returncode == 0, done.stderr
-    ran = json.loads(_run_cli("run", out, "--json").stdout)
+    ran = json.loads(xcomp_cli("run", out, "--json").stdout)
     assert ran["outputs"]["y"]["shape"] == [3, 4]
-    again = _run_cli("run", out, "--input-value", "axes=1")
+    again = xcomp_cli("run", out, "--input-value", "axes=1")
     assert again.returncode == 1 and "compiled already (inputs it fixed: axes=[2])" in again.stderr
-    bad = _run_cli("compile", path, "-q", "--input-value", "axes=one")
+    bad = xcomp_cli("compile", path, "-q", "--input-value", "axes=one")
     assert bad.returncode == 1 and "'one' is not a number" in bad.stderr
 
 
