@@ -17,10 +17,7 @@ def convert_layer_norm(bb, inputs, attrs, opset, stock):
     if not wanted or rank < 0 or not isinstance(result, relax.Tuple):
         return result
     data = inputs[0] if dtype_of(inputs[0]) == "float32" else relax.op.astype(inputs[0], "float32")
-    axes = list(range(attrs.get("axis", -1) % rank, rank))
-    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
-    centered = bb.normalize(relax.op.subtract(data, mean))
-    variance = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+    mean, _centered, variance = _moments(bb, data, list(range(attrs.get("axis", -1) % rank, rank)))
     epsilon = relax.const(attrs.get("epsilon", 1e-5), "float32")
     return relax.Tuple([result.fields[0], mean, relax.op.rsqrt(relax.op.add(variance, epsilon))])
 
@@ -36,11 +33,8 @@ def convert_batch_norm(bb, inputs, attrs, opset, stock):
     rank = data.ty.ndim
     if rank < 2:
         raise NotImplementedError("BatchNormalization training_mode=1 of an input of unknown rank")
-    axes = [0, *range(2, rank)]
     per_channel = [1, -1] + [1] * (rank - 2)
-    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
-    centered = bb.normalize(relax.op.subtract(data, mean))
-    variance = bb.normalize(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
+    mean, centered, variance = _moments(bb, data, [0, *range(2, rank)])
     dtype = dtype_of(data)
     epsilon, momentum = (relax.const(attrs.get(k, d), dtype) for k, d in (("epsilon", 1e-5), ("momentum", 0.9)))
     normalized = relax.op.multiply(centered, relax.op.rsqrt(relax.op.add(variance, epsilon)))
@@ -53,3 +47,11 @@ def convert_batch_norm(bb, inputs, attrs, opset, stock):
                             relax.op.multiply(relax.op.reshape(current, [-1]), keep))
 
     return relax.Tuple([y, updated(running_mean, mean), updated(running_var, variance)])
+
+
+def _moments(bb, data, axes):
+    """(mean, data - mean, population variance) over `axes`, the reduced axes kept as size 1."""
+    relax = relax_api()
+    mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
+    centered = bb.normalize(relax.op.subtract(data, mean))
+    return mean, centered, bb.normalize(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
