@@ -1,8 +1,9 @@
-"""Symbolic vs specialized: one module compiled with its batch dim kept symbolic, against a module compiled for
-each batch size with --input-shape, and onnxruntime, timed interleaved on the same inputs.
+"""Symbolic vs specialized: one module compiled with its batch (and sequence) dims kept symbolic, against a module
+compiled for each size with --input-shape, and onnxruntime, timed interleaved on the same inputs.
 
-Usage: python benchmarks/dynamic_shapes.py [--repeat 200] [--batch 1 --batch 8] [mlp] [cnn]
-The models are the small ones the tests use (tests/dynamic_models.py).
+Usage: python benchmarks/dynamic_shapes.py [--repeat 200] [--batch 1 --batch 8] [mlp] [cnn] [encoder]
+mlp and cnn are the small models the tests use (tests/dynamic_models.py); encoder is the torch-exported
+transformer encoder of tests/models (symbolic batch and sequence, run at sequence length 32).
 """
 
 from __future__ import annotations
@@ -13,16 +14,31 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+sys.path.insert(0, TESTS)
 
 import dynamic_models  # noqa: E402
+import onnx  # noqa: E402
 
 import xcomp  # noqa: E402
 from xcomp.bench import OnnxRuntimeBaseline, interleaved_samples  # noqa: E402
 
-# name: (model with a symbolic batch dim, the shape of its input `x` after the batch dim)
-MODELS = {"mlp": (dynamic_models.mlp("batch", sizes=(256, 512, 512, 10)), (256,)),
-          "cnn": (dynamic_models.cnn("batch"), (3, 32, 32))}
+ENCODER_SEQ = 32
+
+
+def _encoder_feed(batch):
+    rng = np.random.default_rng(batch)
+    return {"input_ids": rng.integers(0, 100, size=(batch, ENCODER_SEQ), dtype=np.int64),
+            "attention_mask": np.ones((batch, ENCODER_SEQ), np.int64)}
+
+
+# name: (model with symbolic dims, batch size -> feed)
+MODELS = {
+    "mlp": (lambda: dynamic_models.mlp("batch", sizes=(256, 512, 512, 10)),
+            lambda batch: dynamic_models.random_feed({"x": (batch, 256)})),
+    "cnn": (lambda: dynamic_models.cnn("batch"), lambda batch: dynamic_models.random_feed({"x": (batch, 3, 32, 32)})),
+    "encoder": (lambda: onnx.load(os.path.join(TESTS, "models", "encoder_op17.onnx")), _encoder_feed),
+}
 
 
 def main():
@@ -32,13 +48,15 @@ def main():
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
     for name in args.models or MODELS:
-        model, rest = MODELS[name]
+        make_model, make_feed = MODELS[name]
+        model = make_model()
         symbolic = xcomp.compile(model)
         ort = OnnxRuntimeBaseline(model.SerializeToString())
         for batch in args.batch or [1, 8]:
-            specialized = xcomp.compile(model, input_shapes={"x": (batch, *rest)})
-            feed = dynamic_models.random_feed({"x": (batch, *rest)})
-            np.testing.assert_allclose(symbolic(**feed), ort(feed)[0], rtol=1e-3, atol=1e-4)
+            feed = make_feed(batch)
+            specialized = xcomp.compile(model, input_shapes={k: v.shape for k, v in feed.items()})
+            for got, want in zip(symbolic.run(feed).values(), ort(feed)):
+                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
             samples = interleaved_samples({"symbolic": lambda: symbolic(**feed),
                                            "specialized": lambda: specialized(**feed),
                                            "onnxruntime": lambda: ort(feed)},

@@ -30,12 +30,13 @@ def loop_extent(sch, loop) -> int | None:
     return int(extent) if hasattr(extent, "value") else None
 
 
-def least_iterations(sch, loops) -> int:
-    """Iterations of a loop nest at its smallest: a symbolic extent counts 1. Thresholds (is this worth a
-    parallel launch?) use it, so a module never pays thread wake-ups the smallest input it serves cannot repay."""
+def least_iterations(sch, loops, symbolic: int = 1) -> int:
+    """Iterations of a loop nest at its smallest: a symbolic extent counts `symbolic` (by default 1). Thresholds
+    (is this worth a parallel launch?) use it, so a module never pays thread wake-ups the smallest input it
+    serves cannot repay."""
     total = 1
     for loop in loops:
-        total *= loop_extent(sch, loop) or 1
+        total *= loop_extent(sch, loop) or symbolic
     return total
 
 
@@ -126,9 +127,10 @@ def _splits_into_vectors(sch, loop, lanes: int) -> bool:
     return extent is not None and extent >= lanes and extent % lanes == 0
 
 
-def parallelize(sch, loops, cores: int) -> None:
-    """Fuse `loops` (outermost first) and run them in parallel when there is enough work to share."""
-    if cores > 1 and least_iterations(sch, loops) >= cores:
+def parallelize(sch, loops, cores: int, symbolic: int = 1) -> None:
+    """Fuse `loops` (outermost first) and run them in parallel when there is enough work to share; a symbolic
+    extent counts `symbolic` iterations (see least_iterations)."""
+    if cores > 1 and least_iterations(sch, loops, symbolic) >= cores:
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(fused)
 

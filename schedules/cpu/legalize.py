@@ -12,6 +12,11 @@ import math
 
 import numpy as np
 
+# Rows a symbolic-M matmul is padded to a multiple of (see _matmul_compute): the row tiles it allows are its
+# divisors. The padding is wasted work at small M (3 rows at M = 1); tiles of 4 rows reuse each weight vector 4x.
+# On the symbolic MLP of benchmarks/dynamic_shapes.py, 2 and 8 were slower than 4 at batch 8 and 32.
+SYMBOLIC_ROW_BLOCK = 4
+
 
 def _default(op_name):
     import tvm
@@ -161,16 +166,40 @@ def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
 
 def packed_matmul(a, packed):
     """[..., M, K] x [N/V, K, V] -> [..., M, N]."""
-    from tvm import te
-
     nblocks, k, lanes = (int(d) for d in packed.shape)
+    return _matmul_compute(a, nblocks * lanes, k, lambda j, r: packed[j // lanes, r, j % lanes])
+
+
+def row_padded_matmul(a, weight):
+    """[..., M, K] x [K, N] -> [..., M, N] for a symbolic M whose N is no whole number of vectors (a weight not
+    worth packing): the same padded rows as packed_matmul."""
+    k, n = (int(d) for d in weight.shape)
+    return _matmul_compute(a, n, k, lambda j, r: weight[r, j])
+
+
+def _matmul_compute(a, n: int, k: int, weight_at):
+    """A matmul with the weight element for (column j, reduction r) at `weight_at(j, r)`.
+
+    A symbolic M (a batch kept symbolic) is computed over M rounded up to SYMBOLIC_ROW_BLOCK rows, the extra rows
+    repeating row M - 1, and cropped: every register tile of up to that many rows is then whole, so the matmul
+    template can tile rows with no predicate (which would keep its accumulators out of registers)."""
+    from tvm import te, tirx
+
     r = te.reduce_axis((0, k), "k")
+    *batch, rows = a.shape[:-1]
+    symbolic = not isinstance(rows, tirx.IntImm)
 
     def body(*idx):
-        j = idx[-1]
-        return te.sum(a[(*idx[:-1], r)] * packed[j // lanes, r, j % lanes], axis=r)
+        *outer, i, j = idx
+        if symbolic:
+            i = tirx.min(i, rows - 1)
+        return te.sum(a[(*outer, i, r)] * weight_at(j, r), axis=r)
 
-    return te.compute((*a.shape[:-1], nblocks * lanes), body, name="matmul")
+    if not symbolic:
+        return te.compute((*batch, rows, n), body, name="matmul")
+    block = SYMBOLIC_ROW_BLOCK
+    padded = te.compute((*batch, (rows + block - 1) // block * block, n), body, name="matmul")
+    return te.compute((*batch, rows, n), lambda *idx: padded[idx], name="matmul_rows")
 
 
 def _conv2d(lanes):
@@ -220,6 +249,8 @@ def _matmul(lanes):
         a_type = call.args[0].ty
         usable = weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32" and a_type.ndim >= 2
         block = _pack_lanes(weight.shape[1], lanes) if usable else 0
+        if not block and usable and not hasattr(a_type.shape[-2], "value"):
+            return bb.call_te(row_padded_matmul, call.args[0], call.args[1], primfunc_name_hint="matmul")
         if not block:
             return _default("relax.matmul")(bb, call)
         packed = relax.const(pack_matmul_weight(weight, block))

@@ -9,7 +9,9 @@ stay in registers. B comes in one of three layouts:
   packed layout first, since a vector over N would be a strided gather.
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
-A symbolic M (a batch kept symbolic) runs that schedule too, one row per tile, so any M needs no predicate.
+A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
+(legalize.py), so the row tiles that divide the padding need no predicate; the write-back alone is predicated.
+Where no lowering padded it (TVM's own matmul), it runs one row per tile.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class MatmulTemplate(CpuTemplate):
         *_, self.m, self.n, self.k = main.extents  # m None: symbolic
         if self.n is None or self.k is None:
             raise ValueError("matmul template needs static N and K")
+        self.m_extent = main.block.iter_vars[-3].dom.extent
         ivars = [iv.var for iv in main.block.iter_vars]
         i, j, k = ivars[-3:]
         a_load, b_load = self._operands(mac_operands(main.block), i, j)
@@ -87,10 +90,17 @@ class MatmulTemplate(CpuTemplate):
             return rhs, lhs
         raise ValueError("cannot tell the matmul operands apart")
 
+    def _rows_divisible_by(self, mr: int) -> bool:
+        from tvm.sym import Analyzer
+
+        return Analyzer().can_prove(tirx.floormod(self.m_extent, mr) == 0)
+
     # -- knobs ---------------------------------------------------------------------------------------------
 
     def _mr_choices(self):
-        return [mr for mr in MR_CHOICES if mr <= (self.m or 1)]
+        if self.m is None:  # only tiles that divide the (padded, see legalize.py) symbolic extent: no predicate
+            return [mr for mr in MR_CHOICES if self._rows_divisible_by(mr)]
+        return [mr for mr in MR_CHOICES if mr <= self.m]
 
     def _nr_choices(self):
         return [nr for nr in NR_CHOICES if (self.n // self.lanes) % nr == 0] or [1]
@@ -113,7 +123,9 @@ class MatmulTemplate(CpuTemplate):
 
     def default_knobs(self):
         l2 = self.spec.cache_bytes[1] if self.spec.cache_bytes else 0
-        m = self.m or 1  # a symbolic M: serve its smallest size best
+        # a symbolic M: its rows are padded to a whole number of the largest tile it allows (legalize.py), so
+        # that many rows are computed at the least
+        m = self.m or max(self._mr_choices())
 
         def cost(tile):
             mr, nr = tile
@@ -131,9 +143,10 @@ class MatmulTemplate(CpuTemplate):
             panels_per_core = (self.n // self.lanes) // self.spec.cores
             nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
                      and self.valid({"mr": mr, "nr": n}))
-        # a symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`, and the
-        # accumulator tile, not compacted through a symbolic modulo, became an M x N buffer allocated per task
-        knobs = {"mr": mr, "nr": nr, "order": "n_outer" if self.m else "m_outer", "unroll_k": 1}
+        # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
+        # and the accumulator tile, not compacted through a symbolic modulo, became an M x N buffer per task
+        unpadded = self.m is None and self._mr_choices() == [1]
+        knobs = {"mr": mr, "nr": nr, "order": "m_outer" if unpadded else "n_outer", "unroll_k": 1}
         if self.layout == "nn":
             # the copy costs K * N loads, like N * K / (M / mr) tile steps: worth it once B is reused enough
             knobs["pack_b"] = m >= 4 * mr
@@ -173,7 +186,9 @@ class MatmulTemplate(CpuTemplate):
             sch.vectorize(colv)
         elif tile:
             sch.unroll(tile[-1])
-        parallelize(sch, outer, self.spec.cores)
+        # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
+        # row, the smallest, then pays a thread wake-up of a few microseconds)
+        parallelize(sch, outer, self.spec.cores, symbolic=self.spec.cores)
         # the rest (the B copy, a constant fill a dropout left behind): the generic spatial schedule
         done = {self.name, sch.get(epilogue).name_hint}
         for info in root_blocks(sch, symbolic=True):
