@@ -260,6 +260,8 @@ def _matmul(lanes):
 
 
 def legalize_map(spec) -> dict:
-    """customize_legalize_map for relax.transform.LegalizeOps."""
+    """customize_legalize_map for relax.transform.LegalizeOps: these, and vector_math's exp-family ops."""
+    from .vector_math import legalize_map as vector_math_map
+
     lanes = spec.simd_width
-    return {"relax.nn.conv2d": _conv2d(lanes), "relax.matmul": _matmul(lanes)}
+    return {**vector_math_map(), "relax.nn.conv2d": _conv2d(lanes), "relax.matmul": _matmul(lanes)}

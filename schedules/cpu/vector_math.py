@@ -1,0 +1,201 @@
+"""exp, erf, tanh and sigmoid on float32 as polynomial expressions that vectorize.
+
+LLVM has no vector form of libm's expf/erff/tanhf for these targets: a vectorized loop calling them makes one
+scalar libm call per lane (softmax, GELU, sigmoid and tanh epilogues ran 16 `callq expf` per vector). Written
+out as arithmetic (min/max, floor, FMAs, a bit shift, selects) they stay in vector registers.
+
+Accuracy, float32 against float64 references (tests/test_vector_math.py checks it over dense ranges):
+- exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes' expf coefficients): within 2e-7 relative;
+  overflow gives inf, results below the smallest normal float (x < -87.34) flush to 0.
+- erf, tanh: Eigen's float rational approximations (their published coefficients): within 1e-6 relative.
+- sigmoid: 1 / (1 + exp(-x)).
+NaN stays NaN; +-inf give the limits.
+
+`legalize_map()` lowers the Relax ops that call them (exp, erf, tanh, sigmoid, GELU, SiLU, softmax and
+log-softmax) with these expressions, so schedules, the tuner's measurements and the built model all see the same
+arithmetic. Other ops that call exp (ELU, softplus, ...) keep TVM's lowering: correct, one libm call per element.
+"""
+
+from __future__ import annotations
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693359375  # ln 2 split in two: n * _LN2_HI is exact for the n that occur
+_LN2_LO = -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_MAX = 88.72283935546875  # above: inf
+_EXP_MIN = -87.33654022216797  # below: smaller than the smallest normal float, flushed to 0
+
+_ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+            -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+            -1.42647390514189e-02)
+_TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+             1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+def _const(value):
+    from tvm import tirx
+
+    return tirx.const(value, "float32")
+
+
+def _horner(x, coefficients):
+    """c0 x^n + c1 x^(n-1) + ... + cn."""
+    acc = _const(coefficients[0])
+    for c in coefficients[1:]:
+        acc = acc * x + _const(c)
+    return acc
+
+
+def _bind(x, body):
+    """body(v) with v bound to x by a Let: body uses its argument several times, and an argument inlined from a
+    fused producer would otherwise be copied into each use (exponentially many copies along a chain)."""
+    from tvm import tirx
+
+    if isinstance(x, (tirx.Var, tirx.FloatImm)):
+        return body(x)
+    var = tirx.Var("v", "float32")
+    return tirx.Let(var, x, body(var))
+
+
+def _keep_nan(x, value):
+    from tvm import tirx
+
+    return tirx.Select(tirx.isnan(x), x, value)
+
+
+def _power_of_two(exponent):
+    """2.0 ** exponent for an int32 exponent in [-126, 127], built from its float32 bits."""
+    from tvm import tirx
+
+    bits = tirx.shift_left(exponent + tirx.const(127, "int32"), tirx.const(23, "int32"))
+    return tirx.reinterpret("float32", bits)
+
+
+def fast_exp(x):
+    return _bind(x, _fast_exp)
+
+
+def _fast_exp(x):
+    from tvm import tirx
+
+    clamped = tirx.max(tirx.min(x, _const(_EXP_MAX)), _const(_EXP_MIN))
+    n = tirx.floor(clamped * _const(_LOG2E) + _const(0.5))
+    r = clamped - n * _const(_LN2_HI) - n * _const(_LN2_LO)
+    poly = _horner(r, _EXP_POLY) * r * r + r + _const(1.0)
+    # 2^n from float bits, as 2^a * 2^(n-a) with a = n / 2: n runs from -126 to 128, past what one float's
+    # exponent field holds at both ends
+    whole = tirx.Cast("int32", n)
+    half = tirx.shift_right(whole, tirx.const(1, "int32"))
+    value = poly * _power_of_two(half) * _power_of_two(whole - half)
+    value = tirx.Select(x < _const(_EXP_MIN), _const(0.0), value)
+    value = tirx.Select(x > _const(_EXP_MAX), _const(float("inf")), value)
+    return _keep_nan(x, value)
+
+
+def fast_erf(x):
+    return _bind(x, _fast_erf)
+
+
+def _fast_erf(x):
+    from tvm import tirx
+
+    clamped = tirx.max(tirx.min(x, _const(4.0)), _const(-4.0))  # erf is +-1 in float32 beyond
+    x2 = clamped * clamped
+    return _keep_nan(x, clamped * _horner(x2, _ERF_NUM) / _horner(x2, _ERF_DEN))
+
+
+def fast_tanh(x):
+    return _bind(x, _fast_tanh)
+
+
+def _fast_tanh(x):
+    from tvm import tirx
+
+    clamped = tirx.max(tirx.min(x, _const(9.0)), _const(-9.0))  # tanh is +-1 in float32 beyond
+    x2 = clamped * clamped
+    value = clamped * _horner(x2, _TANH_NUM) / _horner(x2, _TANH_DEN)
+    # near 0 tanh(x) rounds to x
+    return _keep_nan(x, tirx.Select(tirx.abs(x) < _const(0.0004), x, value))
+
+
+def fast_sigmoid(x):
+    return _const(1.0) / (_const(1.0) + fast_exp(-x))
+
+
+# -- legalization: the Relax ops whose TVM lowering calls these functions ------------------------------------
+
+
+def _elementwise(name, expr):
+    """Legalize a float32 unary op as `expr(x)` per element; other dtypes keep TVM's lowering."""
+
+    def legalize(bb, call):
+        from tvm import te
+
+        from .legalize import _default
+
+        x = call.args[0]
+        if str(x.ty.dtype) != "float32":
+            return _default(call.op.name)(bb, call)
+        return bb.call_te(lambda t: te.compute(t.shape, lambda *i: _bind(t(*i), expr), name=f"T_{name}"), x,
+                          primfunc_name_hint=name)
+
+    return legalize
+
+
+def _gelu(x):
+    return x * (_const(0.5) + fast_erf(x * _const(0.5 ** 0.5)) * _const(0.5))
+
+
+def _gelu_tanh(x):
+    inner = _const((2.0 / 3.141592653589793) ** 0.5) * x * (_const(1.0) + _const(0.044715) * x * x)
+    return _const(0.5) * x * (_const(1.0) + fast_tanh(inner))
+
+
+def _softmax(log: bool):
+    """softmax / log_softmax over one axis: max, exp of the difference, sum, then divide (or subtract the log)."""
+
+    def compute(x, axis):
+        from tvm import te, tirx, topi
+
+        axis = axis % len(x.shape)
+
+        def row(idx):  # the index of the reduced (keepdims) value for element idx
+            return [0 if n == axis else v for n, v in enumerate(idx)]
+
+        peak = topi.max(x, axis=axis, keepdims=True)
+        exps = te.compute(x.shape, lambda *i: fast_exp(x(*i) - peak(*row(i))), name="T_softmax_exp")
+        total = topi.sum(exps, axis=axis, keepdims=True)
+        if log:
+            return te.compute(x.shape, lambda *i: x(*i) - peak(*row(i)) - tirx.log(total(*row(i))),
+                              name="T_log_softmax_norm")
+        return te.compute(x.shape, lambda *i: exps(*i) / total(*row(i)), name="T_softmax_norm")
+
+    def legalize(bb, call):
+        from .legalize import _default
+
+        x = call.args[0]
+        if str(x.ty.dtype) != "float32":
+            return _default(call.op.name)(bb, call)
+        name = "log_softmax" if log else "softmax"
+        return bb.call_te(compute, x, int(call.attrs.axis), primfunc_name_hint=name)
+
+    return legalize
+
+
+def legalize_map() -> dict:
+    return {
+        "relax.exp": _elementwise("exp", fast_exp),
+        "relax.erf": _elementwise("erf", fast_erf),
+        "relax.tanh": _elementwise("tanh", fast_tanh),
+        "relax.sigmoid": _elementwise("sigmoid", fast_sigmoid),
+        "relax.nn.gelu": _elementwise("gelu", _gelu),
+        "relax.nn.gelu_tanh": _elementwise("gelu_tanh", _gelu_tanh),
+        "relax.nn.silu": _elementwise("silu", lambda x: x * fast_sigmoid(x)),
+        "relax.nn.softmax": _softmax(log=False),
+        "relax.nn.log_softmax": _softmax(log=True),
+    }
+
+
+__all__ = ["fast_exp", "fast_erf", "fast_tanh", "fast_sigmoid", "legalize_map"]
