@@ -127,6 +127,33 @@ def test_user_model_at_other_shapes(name):
         np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL, err_msg=f"{name}: output {i}")
 
 
+# Kept symbolic (no input_shapes), a model must either serve other sizes exactly as onnxruntime does or refuse at
+# compile time naming the node: never answer for a size it cannot serve.
+_SYMBOLIC_REFUSED = {
+    # GRU/LSTM unroll over the sequence: it must be static
+    "gru_op13": "GRU", "gru_op17": "GRU", "gru_op18": "GRU", "lstm_op14": "LSTM", "lstm_op18": "LSTM",
+    # the legacy exporter left the traced sequence length (8) in a Reshape target: onnxruntime fails there too
+    "torch_transformer_op14": "Reshape", "torch_transformer_op17": "Reshape",
+}
+_FAST_SYMBOLIC = {"mobilenet_op13", "unet_op18", "torch_transformer_op18", "encoder_op18", "lstm_op18",
+                  "torch_transformer_op17"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in _FAST_SYMBOLIC else [pytest.mark.slow])
+                                  for n in MODELS])
+def test_user_model_kept_symbolic(name):
+    path, inputs, _, shapes = _load(name)
+    if name in _SYMBOLIC_REFUSED:
+        with pytest.raises(xcomp.UnsupportedOpError, match=rf"\({_SYMBOLIC_REFUSED[name]}, opset"):
+            xcomp.compile(path)
+        return
+    module = xcomp.compile(path)
+    new_inputs = _other_inputs(name, inputs, shapes, batch=3, seq=5)
+    got = list(module.run(new_inputs).values())
+    for i, (g, want) in enumerate(zip(got, ort_run(path, new_inputs))):
+        np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} at batch 3, seq 5: output {i}")
+
+
 # -- recurrent ops beyond what torch writes ------------------------------------------------------------------
 
 

@@ -30,7 +30,36 @@ def convert_reshape(bb, inputs, attrs, opset, stock):
             return relax.ShapeExpr([dim])
         as_tensor = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
         return stock([as_tensor] + list(inputs[1:]))
-    return stock()
+    out = bb.normalize(stock())
+    _require_same_size(data, out)
+    return out
+
+
+def _require_same_size(data, out):
+    """Refuse a Reshape whose element count is not the input's for every size of its symbolic dims. An exporter
+    that traced at one size can leave that size in the target (torch.nn.MultiheadAttention at opsets 14 and 17
+    reshapes [seq, batch, 32] to [8, batch * 4, 8]); the VM does not check the count, so other sizes would read
+    past the input. Specialized (--input-shape), the mismatch is a clear error at compile time."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    shapes = [getattr(getattr(v, "ty", None), "shape", None) for v in (data, out)]
+    if any(shape is None or not hasattr(shape, "values") for shape in shapes):
+        return
+    sizes = [tvm.tirx.const(1, "int64") for _ in shapes]
+    for n, shape in enumerate(shapes):
+        for dim in shape.values:
+            sizes[n] = sizes[n] * tvm.tirx.Cast("int64", dim)
+    if not Analyzer().can_prove(sizes[0] == sizes[1]):
+        raise NotImplementedError(
+            f"Reshape of {_dims(shapes[0])} to {_dims(shapes[1])}: the sizes agree only for some values of the "
+            "symbolic dims (the exporter left a traced size in the target)")
+
+
+def _dims(shape) -> str:
+    import tvm
+
+    return "[" + ", ".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape.values) + "]"
 
 
 # -- Slice ------------------------------------------------------------------------------------------------------
@@ -122,6 +151,10 @@ def convert_expand(bb, inputs, attrs, opset, stock):
 
     relax = relax_api()
     data, shape = inputs[0], inputs[1]
+    target = const_value(shape) if isinstance(shape, tvm.ir.GenericConst) else None
+    if target is not None and data.ty.shape is not None and \
+            not all(isinstance(d, tvm.tirx.IntImm) for d in data.ty.shape.values):
+        return _expand_symbolic_to_constant(data, target.astype(np.int64).tolist())
     if isinstance(shape, (relax.ShapeExpr, tvm.ir.GenericConst)) or shape.ty.shape is None or \
             data.ty.shape is None or not isinstance(shape.ty.shape.values[0], tvm.tirx.IntImm):
         return stock()  # constant and shape-expression targets: TVM's converter applies the rule itself
@@ -134,6 +167,28 @@ def convert_expand(bb, inputs, attrs, opset, stock):
         target = bb.normalize(relax.op.concat([relax.const(np.ones(rank - length, np.int64), "int64"), target]))
     ones = relax.const(1, "int64")
     return stock([data, bb.normalize(relax.op.where(relax.op.equal(target, ones), input_dims, target))])
+
+
+def _expand_symbolic_to_constant(data, target):
+    """Expand of an input with symbolic dims to a constant shape (TVM's converter reads every input dim as a
+    number). Right-aligned, each output dim is the input's where the target says 1, else the target's."""
+    import tvm
+
+    relax = relax_api()
+    dims = list(data.ty.shape.values)
+    rank = max(len(dims), len(target))
+    dims = [tvm.tirx.IntImm("int64", 1)] * (rank - len(dims)) + dims
+    target = [1] * (rank - len(target)) + target
+    out = []
+    for want, have in zip(target, dims):
+        static = int(have) if isinstance(have, tvm.tirx.IntImm) else None
+        if want == 1:
+            out.append(have)
+        elif static in (None, 1, want):  # a symbolic dim must be 1 or `want` at run time: broadcast_to checks
+            out.append(tvm.tirx.IntImm("int64", want))
+        else:
+            raise ValueError(f"Expand: an input dim of {static} cannot broadcast to {want}")
+    return relax.op.broadcast_to(data, relax.ShapeExpr(out))
 
 
 def convert_conv_transpose(bb, inputs, attrs, opset, stock):

@@ -21,6 +21,8 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         raise NotImplementedError(f"Resize with keep_aspect_ratio_policy={policy!r}: TVM's resize ignores it")
     if attrs.get("axes") is not None:
         inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
+    if len(inputs) > 3 and isinstance(inputs[3], relax_api().ShapeExpr):
+        inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3])] + list(inputs[4:])
     scale_input = 1 if opset < 11 else 2
     scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
         else None
@@ -34,11 +36,15 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     transform = string_attr(attrs, "coordinate_transformation_mode", "half_pixel")
     if scales is not None and scales.size:
         shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-        if not shape or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-            raise NotImplementedError("Resize by scales of an input with symbolic dims")
-        dims = [int(d) for d in shape]
+        # None: a symbolic dim. A symbolic batch or channel count kept at scale 1 is fine: TVM's resize reads
+        # the spatial sizes only, so its entry below is a placeholder
+        dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape]
+        if not dims or any(d is None and (axis >= 2 or scale != 1)
+                           for axis, (d, scale) in enumerate(zip(dims, scales.tolist()))):
+            raise NotImplementedError("Resize by scales of an input with symbolic spatial dims (or a symbolic "
+                                      "batch or channel count scaled)")
         # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's)
-        products = [np.float32(d) * np.float32(s) for d, s in zip(dims, scales.tolist())]
+        products = [np.float32(d if d is not None else 1) * np.float32(s) for d, s in zip(dims, scales.tolist())]
         sizes = [int(p) for p in products]
     else:
         sizes = const_value(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
@@ -66,18 +72,37 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         "sizes instead of scales")
 
 
+def _sizes_as_constant(sizes):
+    """Resize sizes computed from shapes ([batch, C, 2 H, 2 W] of a U-Net's upsampling) as the constant TVM's
+    converter reads; it reads the spatial sizes only, so a symbolic batch or channel count becomes a placeholder.
+    Symbolic spatial sizes stay as they are (TVM refuses them)."""
+    import tvm
+
+    values = list(sizes.values)
+    if not all(isinstance(v, tvm.tirx.IntImm) for v in values[2:]):
+        return sizes
+    placeholders = [int(v) if isinstance(v, tvm.tirx.IntImm) else 1 for v in values]
+    return relax_api().const(np.array(placeholders, np.int64), "int64")
+
+
 def _as_crop_and_resize(inputs, transform, scales, sizes):
     """The Resize as tf_crop_and_resize, whose roi makes any affine map from output to input coordinates:
     x_in = start (W - 1) + x (end - start) (W - 1) / (T - 1), the midpoint of the roi when T = 1. Each ONNX
     transform below is such a map, x_in = slope x + offset, with the scale itself in it. Used only where every
     x_in falls inside the input (tf_crop_and_resize pads outside it, the others clamp), as when downsampling,
     and no spatial output size is 1. None where it does not apply."""
+    import tvm
+
     relax = relax_api()
-    dims = [int(d) for d in inputs[0].ty.shape.values]
+    dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in inputs[0].ty.shape.values]
     if len(dims) != len(scales):
         return None
     starts, ends = [], []
     for axis, (dim, scale, size) in enumerate(zip(dims, scales.tolist(), sizes)):
+        if dim is None:  # a symbolic batch or channel count at scale 1: the whole axis
+            starts.append(0.0)
+            ends.append(1.0)
+            continue
         slope = 1.0 / scale
         offset = {"asymmetric": 0.0, "half_pixel": 0.5 / scale - 0.5,
                   "pytorch_half_pixel": 0.5 / scale - 0.5 if size > 1 else 0.0,
