@@ -143,8 +143,15 @@ def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True)
         return
     spatial = [loop for loop, k in zip(loops, info.iter_kinds) if k != REDUCE]
     reduce = [loop for loop, k in zip(loops, info.iter_kinds) if k == REDUCE]
-    vectorize = bool(spatial) and lanes and _splits_into_vectors(sch, spatial[-1], lanes)
-    outer = spatial[:-1] if vectorize else spatial
+    # the widest vector, down to a quarter of the spec's, that the innermost spatial loop splits into (a head
+    # of 8 values under attention's P V is half a 16-lane vector)
+    widths = [w for w in (lanes, lanes // 2, lanes // 4) if w >= 4] if lanes else []
+    lanes = next((w for w in widths if spatial and _splits_into_vectors(sch, spatial[-1], w)), 0)
+    vectorize = bool(lanes)
+    # a symbolic innermost spatial loop (attention's key positions) stays out of the parallel fusion, whose
+    # index it would turn into a division per element: a plain inner loop
+    symbolic_inner = not vectorize and len(spatial) > 1 and loop_extent(sch, spatial[-1]) is None
+    outer = spatial[:-1] if vectorize or symbolic_inner else spatial
     if vectorize:
         sch.reorder(*outer, *reduce, spatial[-1])
         _, vi = sch.split(spatial[-1], [None, lanes])
