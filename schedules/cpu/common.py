@@ -13,6 +13,10 @@ log = logging.getLogger(__name__)
 # Below this many output elements a parallel loop costs more (thread wake-up) than it saves.
 MIN_PARALLEL_ELEMENTS = 4096
 
+# Block annotation (te.compute attrs) of a spatial stage to compute once and store rather than inline into its
+# consumers: costly per element and read by several (softmax's exp feeds both the sum and the division).
+MATERIALIZE = "xcomp.materialize"
+
 
 def divisors(n: int, limit: int | None = None) -> list:
     return [d for d in range(1, (limit or n) + 1) if n % d == 0]
@@ -67,10 +71,11 @@ def output_names(sch) -> set:
 
 def inline_injective(sch, keep=()) -> None:
     """Inline every spatial block that is not an output into its consumers (epilogue chains collapse into the
-    last block); blocks named in `keep` (a pad stage a template wants materialised) stay."""
+    last block); blocks named in `keep` (a pad stage a template wants materialised) or annotated MATERIALIZE
+    stay."""
     outputs = output_names(sch)
     for info in root_blocks(sch, symbolic=True):
-        if info.is_reduction or info.name in keep or info.name in outputs:
+        if info.is_reduction or info.name in keep or info.name in outputs or MATERIALIZE in info.block.annotations:
             continue
         try:
             sch.compute_inline(info.rv)

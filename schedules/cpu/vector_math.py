@@ -18,6 +18,8 @@ arithmetic. Other ops that call exp (ELU, softplus, ...) keep TVM's lowering: co
 
 from __future__ import annotations
 
+from .common import MATERIALIZE
+
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693359375  # ln 2 split in two: n * _LN2_HI is exact for the n that occur
 _LN2_LO = -2.12194440e-4
@@ -165,7 +167,10 @@ def _softmax(log: bool):
             return [0 if n == axis else v for n, v in enumerate(idx)]
 
         peak = topi.max(x, axis=axis, keepdims=True)
-        exps = te.compute(x.shape, lambda *i: fast_exp(x(*i) - peak(*row(i))), name="T_softmax_exp")
+        # computed once and stored: inlined, the exp would be evaluated again for the division (and as scalar
+        # code inside the sum's reduction loop)
+        exps = te.compute(x.shape, lambda *i: fast_exp(x(*i) - peak(*row(i))), name="T_softmax_exp",
+                          attrs={MATERIALIZE: 1})
         total = topi.sum(exps, axis=axis, keepdims=True)
         if log:
             return te.compute(x.shape, lambda *i: x(*i) - peak(*row(i)) - tirx.log(total(*row(i))),
