@@ -22,7 +22,7 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     if attrs.get("axes") is not None:
         inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
     if len(inputs) > 3 and isinstance(inputs[3], relax_api().ShapeExpr):
-        inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3])] + list(inputs[4:])
+        inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3], inputs[0])] + list(inputs[4:])
     scale_input = 1 if opset < 11 else 2
     scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
         else None
@@ -72,14 +72,18 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         "sizes instead of scales")
 
 
-def _sizes_as_constant(sizes):
+def _sizes_as_constant(sizes, data):
     """Resize sizes computed from shapes ([batch, C, 2 H, 2 W] of a U-Net's upsampling) as the constant TVM's
-    converter reads; it reads the spatial sizes only, so a symbolic batch or channel count becomes a placeholder.
-    Symbolic spatial sizes stay as they are (TVM refuses them)."""
+    converter reads; it reads the spatial sizes only, so a symbolic batch or channel count that is the input's
+    own becomes a placeholder. Anything else stays as it is (TVM refuses it)."""
     import tvm
+    from tvm.sym import Analyzer
 
     values = list(sizes.values)
-    if not all(isinstance(v, tvm.tirx.IntImm) for v in values[2:]):
+    dims = list(data.ty.shape.values) if data.ty.shape is not None else []
+    kept = all(isinstance(v, tvm.tirx.IntImm) or (n < len(dims) and Analyzer().can_prove(v == dims[n]))
+               for n, v in enumerate(values[:2]))
+    if not kept or len(dims) != len(values) or not all(isinstance(v, tvm.tirx.IntImm) for v in values[2:]):
         return sizes
     placeholders = [int(v) if isinstance(v, tvm.tirx.IntImm) else 1 for v in values]
     return relax_api().const(np.array(placeholders, np.int64), "int64")
