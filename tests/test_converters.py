@@ -231,6 +231,18 @@ def test_resize_with_axes(operand, value):
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
 
 
+def test_resize_of_the_batch_or_channel_axis_is_refused():
+    """TVM's resize changes the spatial axes only: the output kept 1 batch where ONNX made 2 (a wrong shape)."""
+    with pytest.raises(xcomp.UnsupportedOpError, match="keeps the batch and channel axes"):
+        xcomp.compile(_resize_model([2, 1, 2, 2], mode="nearest"))
+    sizes = onnx.numpy_helper.from_array(np.array([1, 4, 4, 4], np.int64), "sizes")
+    model = make_model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes], opset=19)
+    with pytest.raises(xcomp.UnsupportedOpError, match=r"channel entry \(4\) is not the input's \(2\)"):
+        xcomp.compile(model)
+
+
 def test_resize_keeping_the_aspect_ratio_is_refused():
     sizes = onnx.numpy_helper.from_array(np.array([1, 1, 6, 6], np.int64), "sizes")
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], keep_aspect_ratio_policy="not_larger")

@@ -21,9 +21,10 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         raise NotImplementedError(f"Resize with keep_aspect_ratio_policy={policy!r}: TVM's resize ignores it")
     if attrs.get("axes") is not None:
         inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
+    scale_input = 1 if opset < 11 else 2
+    _refuse_batch_or_channel_resize(inputs, scale_input)
     if len(inputs) > 3 and isinstance(inputs[3], relax_api().ShapeExpr):
         inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3], inputs[0])] + list(inputs[4:])
-    scale_input = 1 if opset < 11 else 2
     scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
         else None
     if attrs.get("antialias", 0) and _downsamples(inputs[0], scales, inputs[3] if len(inputs) > 3 else None):
@@ -70,6 +71,38 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         f"Resize by scale {scale:g} of an axis of size {dim}: the output size {size} is not size x scale, and "
         f"TVM's resize maps coordinates by the size ratio where ONNX uses the scale ({transform}); give the model "
         "sizes instead of scales")
+
+
+def _refuse_batch_or_channel_resize(inputs, scale_input):
+    """TVM's resize changes the spatial axes only (it reads sizes[2:]): a Resize of the batch or channel axis
+    came out with the input's size there, a wrong shape. Refused unless those sizes are provably the input's."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    dims = list(inputs[0].ty.shape.values) if inputs[0].ty.shape is not None else []
+    scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
+        else None
+    if scales is not None and scales.size:
+        if any(float(s) != 1.0 for s in scales.tolist()[:2]):
+            raise NotImplementedError(f"Resize by scales {scales.tolist()}: TVM's resize keeps the batch and "
+                                      "channel axes")
+        return
+    sizes = inputs[3] if len(inputs) > 3 else None
+    values = list(sizes.values) if isinstance(sizes, relax_api().ShapeExpr) else \
+        (const_value(sizes).tolist() if sizes is not None and const_value(sizes) is not None else None)
+    if values is None or len(values) != len(dims):
+        return
+    for want, have in zip(values[:2], dims[:2]):
+        want = tvm.tirx.IntImm("int64", want) if isinstance(want, int) else want
+        if not Analyzer().can_prove(tvm.tirx.Cast("int64", want) == tvm.tirx.Cast("int64", have)):
+            raise NotImplementedError(f"Resize to sizes whose batch or channel entry ({_text(want)}) is not "
+                                      f"the input's ({_text(have)}): TVM's resize keeps the batch and channel axes")
+
+
+def _text(dim) -> str:
+    import tvm
+
+    return str(int(dim)) if isinstance(dim, tvm.tirx.IntImm) else str(dim)
 
 
 def _sizes_as_constant(sizes, data):
