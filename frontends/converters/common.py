@@ -51,6 +51,13 @@ def static_dim(expr, axis, what, why="the recurrence is unrolled over it"):
     return int(dim)
 
 
+def dim_text(dim) -> str:
+    """A dim as messages show it: 32, or the symbolic expression (batch * 4)."""
+    import tvm
+
+    return str(int(dim)) if isinstance(dim, tvm.tirx.IntImm) else str(dim)
+
+
 def const_value(expr):
     """numpy value of a constant input, else None."""
     import tvm

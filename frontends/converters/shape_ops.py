@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import const_value, dtype_of, relax_api, static_dim, string_attr
+from .common import const_value, dim_text, dtype_of, relax_api, static_dim, string_attr
 
 
 # -- Reshape ----------------------------------------------------------------------------------------------------
@@ -57,9 +57,7 @@ def _require_same_size(data, out):
 
 
 def _dims(shape) -> str:
-    import tvm
-
-    return "[" + ", ".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape.values) + "]"
+    return "[" + ", ".join(dim_text(d) for d in shape.values) + "]"
 
 
 # -- Slice ------------------------------------------------------------------------------------------------------

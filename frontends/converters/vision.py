@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import const_value, relax_api, string_attr
+from .common import const_value, dim_text, relax_api, string_attr
 
 
 def convert_resize(bb, inputs, attrs, opset, stock):
@@ -22,11 +22,11 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     if attrs.get("axes") is not None:
         inputs = _resize_on_every_axis(inputs, attrs.pop("axes"))
     scale_input = 1 if opset < 11 else 2
-    _refuse_batch_or_channel_resize(inputs, scale_input)
-    if len(inputs) > 3 and isinstance(inputs[3], relax_api().ShapeExpr):
-        inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3], inputs[0])] + list(inputs[4:])
     scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
         else None
+    _refuse_batch_or_channel_resize(inputs[0], scales, inputs[3] if len(inputs) > 3 else None)
+    if len(inputs) > 3 and isinstance(inputs[3], relax_api().ShapeExpr):
+        inputs = list(inputs[:3]) + [_sizes_as_constant(inputs[3], inputs[0])] + list(inputs[4:])
     if attrs.get("antialias", 0) and _downsamples(inputs[0], scales, inputs[3] if len(inputs) > 3 else None):
         raise NotImplementedError("Resize with antialias=1 when downsampling: TVM's resize has no antialias filter")
     if opset < 11:  # Resize-10 had neither attribute: asymmetric coordinates, nearest rounded down when upscaling
@@ -37,13 +37,11 @@ def convert_resize(bb, inputs, attrs, opset, stock):
     transform = string_attr(attrs, "coordinate_transformation_mode", "half_pixel")
     if scales is not None and scales.size:
         shape = inputs[0].ty.shape.values if inputs[0].ty.shape is not None else []
-        # None: a symbolic dim. A symbolic batch or channel count kept at scale 1 is fine: TVM's resize reads
-        # the spatial sizes only, so its entry below is a placeholder
+        # None: a symbolic dim. A symbolic batch or channel count (at scale 1, checked above) is fine: TVM's
+        # resize reads the spatial sizes only, so its entry below is a placeholder
         dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape]
-        if not dims or any(d is None and (axis >= 2 or scale != 1)
-                           for axis, (d, scale) in enumerate(zip(dims, scales.tolist()))):
-            raise NotImplementedError("Resize by scales of an input with symbolic spatial dims (or a symbolic "
-                                      "batch or channel count scaled)")
+        if not dims or any(d is None for d in dims[2:]):
+            raise NotImplementedError("Resize by scales of an input with symbolic spatial dims")
         # the output size as onnxruntime computes it, in float32: 10 x 0.7f is 7 there, 6 in float64 (TVM's)
         products = [np.float32(d if d is not None else 1) * np.float32(s) for d, s in zip(dims, scales.tolist())]
         sizes = [int(p) for p in products]
@@ -73,50 +71,41 @@ def convert_resize(bb, inputs, attrs, opset, stock):
         "sizes instead of scales")
 
 
-def _refuse_batch_or_channel_resize(inputs, scale_input):
+def _refuse_batch_or_channel_resize(data, scales, sizes):
     """TVM's resize changes the spatial axes only (it reads sizes[2:]): a Resize of the batch or channel axis
     came out with the input's size there, a wrong shape. Refused unless those sizes are provably the input's."""
     import tvm
     from tvm.sym import Analyzer
 
-    dims = list(inputs[0].ty.shape.values) if inputs[0].ty.shape is not None else []
-    scales = const_value(inputs[scale_input]) if len(inputs) > scale_input and inputs[scale_input] is not None \
-        else None
     if scales is not None and scales.size:
         if any(float(s) != 1.0 for s in scales.tolist()[:2]):
             raise NotImplementedError(f"Resize by scales {scales.tolist()}: TVM's resize keeps the batch and "
                                       "channel axes")
         return
-    sizes = inputs[3] if len(inputs) > 3 else None
+    dims = list(data.ty.shape.values) if data.ty.shape is not None else []
+    constant = const_value(sizes) if sizes is not None else None
     values = list(sizes.values) if isinstance(sizes, relax_api().ShapeExpr) else \
-        (const_value(sizes).tolist() if sizes is not None and const_value(sizes) is not None else None)
+        (constant.tolist() if constant is not None else None)
     if values is None or len(values) != len(dims):
         return
     for want, have in zip(values[:2], dims[:2]):
         want = tvm.tirx.IntImm("int64", want) if isinstance(want, int) else want
         if not Analyzer().can_prove(tvm.tirx.Cast("int64", want) == tvm.tirx.Cast("int64", have)):
-            raise NotImplementedError(f"Resize to sizes whose batch or channel entry ({_text(want)}) is not "
-                                      f"the input's ({_text(have)}): TVM's resize keeps the batch and channel axes")
-
-
-def _text(dim) -> str:
-    import tvm
-
-    return str(int(dim)) if isinstance(dim, tvm.tirx.IntImm) else str(dim)
+            raise NotImplementedError(f"Resize to sizes whose batch or channel entry ({dim_text(want)}) is not "
+                                      f"the input's ({dim_text(have)}): TVM's resize keeps the batch and channel "
+                                      "axes")
 
 
 def _sizes_as_constant(sizes, data):
     """Resize sizes computed from shapes ([batch, C, 2 H, 2 W] of a U-Net's upsampling) as the constant TVM's
-    converter reads; it reads the spatial sizes only, so a symbolic batch or channel count that is the input's
-    own becomes a placeholder. Anything else stays as it is (TVM refuses it)."""
+    converter reads; it reads the spatial sizes only, so a symbolic batch or channel count becomes a placeholder
+    (_refuse_batch_or_channel_resize has proved it the input's own). Symbolic spatial sizes, or a rank other than
+    the input's, stay as they are (TVM refuses them)."""
     import tvm
-    from tvm.sym import Analyzer
 
     values = list(sizes.values)
-    dims = list(data.ty.shape.values) if data.ty.shape is not None else []
-    kept = all(isinstance(v, tvm.tirx.IntImm) or (n < len(dims) and Analyzer().can_prove(v == dims[n]))
-               for n, v in enumerate(values[:2]))
-    if not kept or len(dims) != len(values) or not all(isinstance(v, tvm.tirx.IntImm) for v in values[2:]):
+    rank = len(data.ty.shape.values) if data.ty.shape is not None else None
+    if rank != len(values) or not all(isinstance(v, tvm.tirx.IntImm) for v in values[2:]):
         return sizes
     placeholders = [int(v) if isinstance(v, tvm.tirx.IntImm) else 1 for v in values]
     return relax_api().const(np.array(placeholders, np.int64), "int64")
