@@ -129,21 +129,29 @@ def fast_sigmoid(x):
 # -- legalization: the Relax ops whose TVM lowering calls these functions ------------------------------------
 
 
-def _elementwise(name, expr):
-    """Legalize a float32 unary op as `expr(x)` per element; other dtypes keep TVM's lowering."""
+def _float32_only(lower):
+    """A legalization running lower(bb, call) on a float32 input; other dtypes keep TVM's lowering."""
 
     def legalize(bb, call):
-        from tvm import te
-
         from .legalize import _default
 
-        x = call.args[0]
-        if str(x.ty.dtype) != "float32":
+        if str(call.args[0].ty.dtype) != "float32":
             return _default(call.op.name)(bb, call)
-        return bb.call_te(lambda t: te.compute(t.shape, lambda *i: _bind(t(*i), expr), name=f"T_{name}"), x,
-                          primfunc_name_hint=name)
+        return lower(bb, call)
 
     return legalize
+
+
+def _elementwise(name, expr):
+    """Legalize a unary op as `expr(x)` per element."""
+
+    def lower(bb, call):
+        from tvm import te
+
+        return bb.call_te(lambda t: te.compute(t.shape, lambda *i: _bind(t(*i), expr), name=f"T_{name}"),
+                          call.args[0], primfunc_name_hint=name)
+
+    return _float32_only(lower)
 
 
 def _gelu(x):
@@ -177,16 +185,11 @@ def _softmax(log: bool):
                               name="T_log_softmax_norm")
         return te.compute(x.shape, lambda *i: exps(*i) / total(*row(i)), name="T_softmax_norm")
 
-    def legalize(bb, call):
-        from .legalize import _default
+    def lower(bb, call):
+        return bb.call_te(compute, call.args[0], int(call.attrs.axis),
+                          primfunc_name_hint="log_softmax" if log else "softmax")
 
-        x = call.args[0]
-        if str(x.ty.dtype) != "float32":
-            return _default(call.op.name)(bb, call)
-        name = "log_softmax" if log else "softmax"
-        return bb.call_te(compute, x, int(call.attrs.axis), primfunc_name_hint=name)
-
-    return legalize
+    return _float32_only(lower)
 
 
 def legalize_map() -> dict:
