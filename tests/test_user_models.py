@@ -23,7 +23,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import xcomp
-from conftest import ATOL, RTOL, make_model, ort_run
+from conftest import ATOL, RTOL, assert_matches_ort, make_model, ort_run
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 MODELS = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
@@ -147,11 +147,7 @@ def test_user_model_kept_symbolic(name):
         with pytest.raises(xcomp.UnsupportedOpError, match=rf"\({_SYMBOLIC_REFUSED[name]}, opset"):
             xcomp.compile(path)
         return
-    module = xcomp.compile(path)
-    new_inputs = _other_inputs(name, inputs, shapes, batch=3, seq=5)
-    got = list(module.run(new_inputs).values())
-    for i, (g, want) in enumerate(zip(got, ort_run(path, new_inputs))):
-        np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL, err_msg=f"{name} at batch 3, seq 5: output {i}")
+    assert_matches_ort(xcomp.compile(path), path, _other_inputs(name, inputs, shapes, batch=3, seq=5))
 
 
 # -- recurrent ops beyond what torch writes ------------------------------------------------------------------
