@@ -109,6 +109,14 @@ class Backend(abc.ABC):
     def device(self):
         """The tvm runtime device to run on (only meaningful when available())."""
 
+    def compile(self, mod, **kwargs):
+        """tvm.compile `mod` (an IRModule or PrimFunc) for this backend's target; kwargs go to tvm.compile."""
+        import tvm
+
+        target = self.target()
+        with target:
+            return tvm.compile(mod, target=target, **kwargs)
+
     def can_run(self) -> bool:
         """Built code can run on this machine (the device is present and the code is for it)."""
         return self.available()

@@ -7,9 +7,33 @@ the visible GPU's arch, and how to write its device module's code.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import os
+from typing import Callable
 
 from .base import Backend, HardwareSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class FragmentIntrinsics:
+    """A vendor's warp-level matrix-core MMA on 16 x 16 output tiles, as TVM tensor intrinsics.
+
+    One warp (wavefront) holds each 16 x k operand tile and the 16 x 16 accumulator in registers, spread over its
+    lanes by the `layout_*` maps ((row, col) of the tile -> (lane, register)). Operands come from `shared_scope`;
+    B is read K-major ([k, n]). The shared matrix-core template needs nothing else from the vendor.
+    """
+
+    k: int
+    lanes: int
+    shared_scope: str
+    load_a: str
+    load_b: str
+    compute: str
+    fill: str
+    store: str
+    layout_a: Callable
+    layout_b: Callable
+    layout_c: Callable
 
 
 class GPUBackend(Backend):
@@ -60,6 +84,10 @@ class GPUBackend(Backend):
     def write_device_code(self, module, stem: str) -> list:
         """Write the code of one device module next to `stem` (a path without extension); returns paths."""
 
+    @abc.abstractmethod
+    def fragment_intrinsics(self, in_dtype: str, acc_dtype: str) -> FragmentIntrinsics | None:
+        """The matrix-core intrinsics for these operand/accumulator dtypes on this arch, or None."""
+
     # -- shared ------------------------------------------------------------------------------------------------
 
     @classmethod
@@ -80,6 +108,20 @@ class GPUBackend(Backend):
         )
         return tvm.target.Target(attrs, host={"kind": "llvm"})
 
+    def compile(self, mod, **kwargs):
+        import tvm
+
+        current = tvm.transform.PassContext.current()
+        # CSE would bind threadIdx.x into a variable inside warp-buffer indices, where LowerWarpMemory can no
+        # longer find it ("require positive constant coefficient on warp index"); nvcc and LLVM do their own CSE.
+        no_cse = tvm.transform.PassContext(
+            opt_level=current.opt_level, required_pass=list(current.required_pass),
+            disabled_pass=list(current.disabled_pass), instruments=list(current.instruments),
+            config={**current.config, "tirx.disable_cse_tir": True},
+        )
+        with no_cse:
+            return super().compile(mod, tir_pipeline=_gpu_tir_pipeline(), **kwargs)
+
     def device(self):
         return self.runtime_device()
 
@@ -95,6 +137,31 @@ class GPUBackend(Backend):
             return []
         # tvm.compile puts every kernel of a target into one device module, so one fixed name suffices.
         return self.write_device_code(module, os.path.join(out_dir, f"{self.name}_kernels"))
+
+
+# TVM 0.27's LowerWarpMemory lowers only the first warp-scope buffer allocated in a statement sequence (later TVM
+# continues through the rest); the matrix-core template allocates three (A, B and accumulator fragments), so the
+# pass runs once per buffer. Each extra run finds nothing left to lower.
+_WARP_BUFFERS_PER_KERNEL = 3
+
+
+def _gpu_tir_pipeline() -> str:
+    """The name of TVM's default TIR pipeline with every warp buffer lowered (registered on first use)."""
+    from tvm import tirx
+    from tvm.ir import transform
+    from tvm.tirx import compilation_pipeline
+
+    name = "xcomp_gpu"
+    if name not in compilation_pipeline.PIPELINE_MAP:
+        default = compilation_pipeline.PIPELINE_MAP["s_tir"]
+
+        def pipeline():
+            passes, finalize_host, finalize_device = default()
+            lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(_WARP_BUFFERS_PER_KERNEL - 1)]
+            return passes, finalize_host, lambda: transform.Sequential([*lower_warp, finalize_device()])
+
+        compilation_pipeline.PIPELINE_MAP[name] = pipeline
+    return name
 
 
 def backend_for_spec(spec: HardwareSpec) -> GPUBackend:

@@ -47,28 +47,69 @@ def _matmul_relu(dtype, m=128, k=256, n=256):
     return bb.get()
 
 
+def _attention_scores_f16(batch=2, queries=96, keys=80, dim=64):
+    """softmax-free attention scores Q @ K^T / 8 in float16, sizes no whole number of 64-wide tiles."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((batch, queries, dim), "float16"))
+    k = relax.Var("k", relax.TensorType((batch, keys, dim), "float16"))
+    with bb.function("main", [q, k]):
+        with bb.dataflow():
+            scores = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 1]), out_dtype="float32"))
+            scaled = bb.emit(relax.op.multiply(scores, relax.const(0.125, "float32")))
+            out = bb.emit_output(relax.op.astype(scaled, "float16"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 MODELS = {"conv_f32": _conv_relu, "matmul_f32": lambda: _matmul_relu("float32"),
-          "matmul_f16": lambda: _matmul_relu("float16")}
+          "matmul_f16": lambda: _matmul_relu("float16"), "attention_f16": _attention_scores_f16}
+
+
+def fused(relax_mod):
+    """Legalized and fused as the pipeline does before scheduling (TVM's own lowering)."""
+    import tvm
+    from tvm import relax
+
+    return tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                                     relax.transform.FuseOps(), relax.transform.FuseTIR()])(relax_mod)
+
+
+def matmul_prim_func(mod):
+    """(GlobalVar, PrimFunc) of the one fused group holding a matmul."""
+    from tvm import tirx
+
+    (gv, func), = [(gv, f) for gv, f in mod.functions.items()
+                   if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
+    return gv, func
 
 
 def build(backend, model, knobs=None):
     """Fuse, schedule every PrimFunc with the GPU template, tvm.compile for the backend's target."""
-    import tvm
-    from tvm import relax, tirx
+    from tvm import tirx
 
     from xcomp.schedules import gpu
 
-    mod = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-                                    relax.transform.FuseOps(), relax.transform.FuseTIR()])(MODELS[model]())
+    mod = fused(MODELS[model]())
     for gv, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc):
             mod[gv] = gpu.get_template(func, backend.spec).schedule(knobs)
-    return tvm.compile(mod, backend.target())
+    return backend.compile(mod)
 
 
 def emit(backend, model, out_dir, knobs=None) -> dict:
     """{extension: text or bytes} of the device code emitted for `model`."""
-    paths = backend.emit_sources(build(backend, model, knobs), str(out_dir))
+    return emit_executable(backend, build(backend, model, knobs), out_dir)
+
+
+def emit_module(backend, mod, out_dir) -> dict:
+    """The same for an already scheduled module."""
+    return emit_executable(backend, backend.compile(mod), out_dir)
+
+
+def emit_executable(backend, executable, out_dir) -> dict:
+    paths = backend.emit_sources(executable, str(out_dir))
     device = [p for p in paths if os.path.basename(p).startswith(f"{backend.name}_kernels.")]
     out = {}
     for path in device:
@@ -147,16 +188,9 @@ def test_cuda_source_and_ptx(arch, model, tmp_path):
 @pytest.mark.parametrize("arch", CUDA_ARCHS)
 def test_cuda_fp16_matmul_uses_tensor_cores(arch, tmp_path):
     ptx = emit(_cuda_backend(arch), "matmul_f16", tmp_path)["ptx"]
-    # dlight tensorizes with WMMA m16n16k16 (wmma.mma.sync), not mma.sync m16n8k16 or wgmma
-    assert "wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32" in ptx
-
-
-def test_cuda_tensor_core_knob_off_gives_simt_code(tmp_path):
-    backend = _cuda_backend("sm_90")
-    ptx = emit(backend, "matmul_f16", tmp_path, knobs={"tensor_core": False, "block_x": 16, "block_y": 8,
-                                                       "micro_x": 4, "micro_y": 4, "micro_k": 8, "vector": 2,
-                                                       "unroll": 64})["ptx"]
-    assert "mma" not in ptx and "fma.rn." in ptx
+    # the matrix-core template: operands through ldmatrix, one 16x16 fragment as two mma.sync m16n8k16
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
 
 
 # -- ROCm: AMDGPU assembly and the HSA code object --------------------------------------------------------------------
@@ -196,11 +230,10 @@ def test_rocm_code_object_is_what_the_linker_wrote(tmp_path):
 
 
 @pytest.mark.parametrize("arch", ROCM_ARCHS)
-@pytest.mark.xfail(strict=True, reason="TVM 0.27 dlight's Matmul rule tensorizes only for target kind 'cuda' "
-                   "(WMMA); ROCm MFMA intrinsics exist in tvm.s_tir.tensor_intrin.rocm but no dlight rule "
-                   "uses them, so fp16 matmul compiles to v_pk_fma_f32 code, not v_mfma")
 def test_rocm_fp16_matmul_uses_mfma(arch, tmp_path):
-    assert "v_mfma" in emit(_rocm_backend(arch), "matmul_f16", tmp_path)["s"]
+    asm = emit(_rocm_backend(arch), "matmul_f16", tmp_path)["s"]
+    # 128x256 output in 16x16 fragments, k = 256 in steps of 16: every fragment's MMA is one MFMA
+    assert "v_mfma_f32_16x16x16" in asm
 
 
 def test_missing_linker_is_a_clear_error(monkeypatch):
@@ -211,22 +244,68 @@ def test_missing_linker_is_a_clear_error(monkeypatch):
         toolchain.link_code_object(b"")
 
 
-# -- the schedule template --------------------------------------------------------------------------------------------
+# -- the schedule templates -------------------------------------------------------------------------------------------
+
+MATRIX_CORE_INSTRUCTION = {"cuda": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "rocm": "v_mfma_f32_16x16x16"}
+
+
+def _backend(target):
+    kind, arch = target.split(":")
+    return _cuda_backend(arch) if kind == "cuda" else _rocm_backend(arch)
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx90a"])
+def test_matrix_core_template_configs_build(target, tmp_path):
+    """Sampled configs of the one matrix-core template build for both vendors, on a batched Q @ K^T whose sizes
+    need padding, and every one of them runs its MMAs on the matrix cores."""
+    import random
+
+    from xcomp.schedules import gpu
+
+    backend = _backend(target)
+    mod = fused(_attention_scores_f16())
+    gv, func = matmul_prim_func(mod)
+    template = gpu.get_template(func, backend.spec)
+    assert isinstance(template, gpu.MatrixCoreTemplate)
+    configs = [template.default_knobs()] + [template.sample(random.Random(seed)) for seed in range(3)]
+    for index, knobs in enumerate(configs):
+        mod[gv] = template.schedule(knobs)
+        code = emit_module(backend, mod, tmp_path / str(index))
+        device_code = code["ptx"] if "ptx" in code else code["s"]
+        assert MATRIX_CORE_INSTRUCTION[backend.name] in device_code, knobs
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_matrix_core_knobs_respect_the_spec(target):
+    from xcomp.schedules import gpu
+
+    spec = get_backend(target).spec
+    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], spec)
+    configs = list(template.enumerate())
+    assert template.default_knobs() in configs and 50 < len(configs) < template.space_size()
+    for knobs in configs:
+        block_m, block_n, block_k = (knobs["warps_m"] * knobs["frags_m"] * 16, knobs["warps_n"] * knobs["frags_n"] * 16,
+                                     knobs["k_frags"] * 16)
+        assert knobs["warps_m"] * knobs["warps_n"] * spec.simd_width <= spec.max_threads_per_block
+        assert (block_m + block_n) * (block_k + 8) * 2 + block_m * block_n * 4 <= spec.shared_mem_per_block
+
+
+def test_float32_matmuls_keep_the_simt_template():
+    from xcomp.schedules import gpu
+
+    func = matmul_prim_func(fused(_matmul_relu("float32")))[1]
+    for target in ("cuda:sm_90", "rocm:gfx942"):
+        assert isinstance(gpu.get_template(func, get_backend(target).spec), gpu.DlightTemplate)
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
 def test_template_knobs_respect_the_spec(target):
-    import tvm
-    from tvm import relax, tirx
-
     from xcomp.schedules import gpu
 
     spec = get_backend(target).spec
-    mod = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-                                    relax.transform.FuseOps(), relax.transform.FuseTIR()])(_conv_relu())
-    func = next(f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc))
-    template = gpu.get_template(func, spec)
-    assert template.kind == "matmul" and not template.tensorizable  # fp32 conv: dlight's SIMT matmul rule
+    conv = next(f for gv, f in fused(_conv_relu()).functions.items() if "conv2d" in gv.name_hint)
+    template = gpu.get_template(conv, spec)
+    assert template.kind == "matmul" and isinstance(template, gpu.DlightTemplate)  # fp32: dlight's SIMT rule
     configs = list(template.enumerate())
     assert template.default_knobs() in configs and len(configs) > 100
     for knobs in configs:
@@ -238,21 +317,27 @@ def test_template_knobs_respect_the_spec(target):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model", ["matmul_f32", "matmul_f16"])
-def test_runs_on_visible_cuda_gpu(model):
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
+@pytest.mark.parametrize("model", ["matmul_f32", "matmul_f16", "attention_f16"])
+def test_runs_on_visible_gpu(kind, model):
     import tvm
     from tvm import relax
 
-    if not tvm.cuda(0).exist:
-        pytest.skip("no CUDA GPU visible")
-    backend = get_backend("cuda")
+    if not getattr(tvm, kind)(0).exist:
+        pytest.skip(f"no {kind} GPU visible")
+    backend = get_backend(kind)
     vm = relax.VirtualMachine(build(backend, model), backend.device())
-    dtype = "float16" if model.endswith("f16") else "float32"
     rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((128, 256)).astype(dtype), rng.standard_normal((256, 256)).astype(dtype)
-    got = vm["main"](tvm.runtime.tensor(x, backend.device()), tvm.runtime.tensor(w, backend.device())).numpy()
-    want = np.maximum(x.astype(np.float32) @ w.astype(np.float32), 0)
-    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    if model == "attention_f16":
+        q, k = (rng.standard_normal((2, n, 64)).astype("float16") for n in (96, 80))
+        args = (q, k)
+        want = (q.astype(np.float32) @ k.astype(np.float32).transpose(0, 2, 1)) * 0.125
+    else:
+        dtype = "float16" if model.endswith("f16") else "float32"
+        args = (rng.standard_normal((128, 256)).astype(dtype), rng.standard_normal((256, 256)).astype(dtype))
+        want = np.maximum(args[0].astype(np.float32) @ args[1].astype(np.float32), 0)
+    got = vm["main"](*(tvm.runtime.tensor(a, backend.device()) for a in args)).numpy()
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
 
 
 # -- the whole pipeline ----------------------------------------------------------------------------------------------
@@ -267,3 +352,33 @@ def test_light_resnet50_cross_compiles(target, tmp_path):
     module = xcomp.compile(data_dir("light", "light_resnet50.onnx"), target=target, progress=False)
     paths = module.emit_sources(tmp_path)
     assert any(p.endswith(".ptx" if target.startswith("cuda") else ".hsaco") for p in paths)
+
+
+def _fp16_mlp_onnx():
+    """x[64,256] @ w1 + b1 -> relu -> @ w2, all float16, as torch.onnx would export a half-precision MLP."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float16), name)
+               for name, shape in (("w1", (256, 512)), ("b1", (512,)), ("w2", (512, 128)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp_f16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [64, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [64, 128])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_onnx_fp16_matmuls_use_matrix_cores(target, tmp_path):
+    """An float16 ONNX model's matmuls accumulate in float32 on the matrix cores, bias and ReLU fused behind them."""
+    import xcomp
+
+    _backend(target)
+    module = xcomp.compile(_fp16_mlp_onnx(), target=target, progress=False)
+    paths = module.emit_sources(tmp_path)
+    device = next(p for p in paths if os.path.basename(p) in ("cuda_kernels.ptx", "rocm_kernels.s"))
+    with open(device) as f:
+        code = f.read()
+    kernels = [line for line in code.splitlines() if line.strip().startswith((".visible .entry", ".amdhsa_kernel "))]
+    assert len(kernels) == 2  # one per matmul: the epilogues are fused, nothing else is left
+    assert code.count(MATRIX_CORE_INSTRUCTION[target.split(":")[0]]) >= 2

@@ -108,15 +108,11 @@ def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
 
 def build_executable(mod, backend):
     """tvm.compile the scheduled module for the backend's target."""
-    import tvm
-
     problem = backend.toolchain_problem()
     if problem:
         raise TargetError(f"cannot build for {backend.target_string} here: {problem}")
-    target = backend.target()
     try:
-        with target:
-            return tvm.compile(mod, target=target, relax_pipeline=_lowering_passes(backend.spec))
+        return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec))
     except XcompError:
         raise
     except Exception as err:

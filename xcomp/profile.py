@@ -15,9 +15,7 @@ def time_func(func, backend, repeat: int, min_repeat_ms: int):
 
     from xcomp.autotune.measure import random_args, func_params
 
-    target = backend.target()
-    with target:
-        executable = tvm.compile(func.with_attr("global_symbol", "main"), target=target)
+    executable = backend.compile(func.with_attr("global_symbol", "main"))
     dev = backend.device()
     args = [tvm.runtime.tensor(a, dev) for a in random_args(func_params(func), 0)]
     timer = executable.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..catalog import CUDA_SPECS
 from ..gpu import GPUBackend
+from . import tensor_core
 from .nvcc import compile_source
 
 
@@ -42,6 +43,9 @@ class CUDABackend(GPUBackend):
                 f.write(text)
             written.append(f"{stem}.{ext}")
         return written
+
+    def fragment_intrinsics(self, in_dtype: str, acc_dtype: str):
+        return tensor_core.fragment_intrinsics(self.spec, in_dtype, acc_dtype)
 
 
 def make_backend(arch: str | None) -> CUDABackend:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..catalog import ROCM_SPECS
 from ..gpu import GPUBackend
-from . import toolchain
+from . import mfma, toolchain
 from .code_object import extract_code_object
 
 
@@ -44,6 +44,9 @@ class ROCmBackend(GPUBackend):
         with open(f"{stem}.hsaco", "wb") as f:
             f.write(extract_code_object(module))
         return [f"{stem}.s", f"{stem}.hsaco"]
+
+    def fragment_intrinsics(self, in_dtype: str, acc_dtype: str):
+        return mfma.fragment_intrinsics(self.spec, in_dtype, acc_dtype)
 
 
 def make_backend(arch: str | None) -> ROCmBackend:

@@ -1,10 +1,9 @@
 """A template over TVM's dlight GPU rules: the first rule that accepts the function schedules it.
 
-Knobs exist only where dlight really lets us vary something:
-- the SIMT matmul rule's tile config (`Matmul.Config`): threads per block, per-thread tile, k step, vector width,
-  unroll; limits come from the spec (warp/wavefront size, max threads, shared memory per block);
-- `tensor_core`, when dlight would tensorize the matmul (fp16 on CUDA sm_70+, all of M, N, K > 64): False sets
-  dlight's `dlight.do_not_tensorize` so the SIMT tiles above are used instead.
+Knobs exist only where dlight really lets us vary something: the SIMT matmul rule's tile config (`Matmul.Config`):
+threads per block, per-thread tile, k step, vector width, unroll; limits come from the spec (warp/wavefront size,
+max threads, shared memory per block). Tensor cores are the matrix-core template's job (matrix_core.py), so dlight
+is told never to tensorize (its own rule would use WMMA on CUDA only, with fixed tiles).
 GEMV, reduction and fallback rules have no knobs: they size themselves from the target, which is built from the
 spec. The rules return a new Schedule; `apply` replays its trace onto the schedule it is given.
 """
@@ -43,11 +42,11 @@ class DlightTemplate(Template):
 
         super().__init__(func, spec)
         self.target = backend_for_spec(spec).target()
-        self.kind, default = self._run(self.func, _DEFAULT_TILES)
-        self.tensorizable = self.kind == "matmul" and "tensorize" in str(default.trace)
+        self.kind, _ = self._run(_DEFAULT_TILES)
 
-    def _run(self, func, tiles):
+    def _run(self, tiles):
         """(kind of the rule that fired, its Schedule)."""
+        func = self.func.with_attr(_NO_TENSORIZE, True)
         with self.target:
             for kind, rule in _rules(tiles):
                 scheduled = rule.apply(func, self.target, False)
@@ -56,22 +55,15 @@ class DlightTemplate(Template):
         raise ValueError("no dlight rule accepts this function")
 
     def knob_space(self) -> dict[str, list]:
-        if self.kind != "matmul":
-            return {}
-        space = {"tensor_core": [True, False]} if self.tensorizable else {}
-        return {**space, **_TILE_SPACE}
+        return dict(_TILE_SPACE) if self.kind == "matmul" else {}
 
     def default_knobs(self) -> Knobs:
-        if self.kind != "matmul":
-            return {}
-        return {"tensor_core": True, **_DEFAULT_TILES} if self.tensorizable else dict(_DEFAULT_TILES)
+        return dict(_DEFAULT_TILES) if self.kind == "matmul" else {}
 
     def valid(self, knobs: Knobs) -> bool:
         if self.kind != "matmul":
             return True
         tiles = {k: knobs[k] for k in _DEFAULT_TILES}
-        if knobs.get("tensor_core"):  # the tensor-core rule has fixed tiles: one config, not many duplicates
-            return tiles == _DEFAULT_TILES
         threads = tiles["block_x"] * tiles["block_y"]
         elem = self._widest_element_bytes()
         shared = (tiles["block_x"] * tiles["micro_x"] + tiles["block_y"] * tiles["micro_y"]) * tiles["micro_k"] * elem
@@ -88,9 +80,6 @@ class DlightTemplate(Template):
         return max((tvm.DataType(str(p.dtype)).bits + 7) // 8 for p in self.func.params if hasattr(p, "shape"))
 
     def apply(self, sch, knobs: Knobs) -> None:
-        func = self.func
-        if self.tensorizable and not knobs.get("tensor_core", True):
-            func = func.with_attr(_NO_TENSORIZE, True)
         tiles = {k: knobs.get(k, v) for k, v in _DEFAULT_TILES.items()}
-        _, scheduled = self._run(func, tiles)
+        _, scheduled = self._run(tiles)
         scheduled.trace.apply_to_schedule(sch, remove_postproc=False)

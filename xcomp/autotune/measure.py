@@ -68,9 +68,7 @@ def build_candidate(func_json: str, target: str, knobs: dict | None, out_dir: st
         if not template.valid(chosen):
             return BuildResult(chosen, None, "invalid knob combination", time.perf_counter() - start)
         scheduled = template.schedule(chosen).with_attr("global_symbol", "main")
-        tgt = backend.target()
-        with tgt:
-            executable = tvm.compile(scheduled, target=tgt)
+        executable = backend.compile(scheduled)
         fd, path = tempfile.mkstemp(suffix=".so", dir=out_dir)
         os.close(fd)
         executable.export_library(path)

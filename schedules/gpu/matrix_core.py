@@ -1,0 +1,193 @@
+"""Matrix-core matmul for GPUs: block and warp tiles of 16 x 16 tensor-core fragments, staged in shared memory.
+
+One schedule for every vendor. What differs between them (the MMA instruction, how a warp's lanes hold a fragment,
+the shared-memory scope) comes from the backend's `FragmentIntrinsics`; sizes come from the `HardwareSpec`.
+
+It takes a group whose single reduction is C[S, I, J] += float32(A[S, I, K]) * float32(B[S, K, J]) on float16
+operands, in any index order TVM's legalization wrote it, with fused producers (e.g. a transpose) and consumers
+(bias, activation, a cast back to float16). The reduction is normalized to that form and padded to whole block
+tiles; producers are inlined into the shared-memory loads, consumers into the write-back.
+
+Per block: warps_m x warps_n warps, each computing frags_m x frags_n fragments; K advances k_frags fragments per
+shared-memory stage.
+"""
+
+from __future__ import annotations
+
+from ..template import Knobs, Template
+
+FRAGMENT = 16  # rows and columns of one output fragment
+_ACC_DTYPE = "float32"
+
+
+def _gemm_block(sch):
+    """The one reduction block of a GEMM-shaped function, or None (dlight's analysis: C[S,I,J] += A*B)."""
+    from tvm.s_tir.dlight.analysis import get_root_block
+    from tvm.s_tir.dlight.gpu.matmul import detect_iter_traits, get_reduction_blocks
+
+    blocks = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
+    if blocks is None or detect_iter_traits(sch.get(blocks[0])) is None:
+        return None
+    return blocks[0]
+
+
+def _operand_dtypes(block) -> tuple[str, str, str]:
+    return str(block.reads[0].source.dtype), str(block.reads[1].source.dtype), str(block.writes[0].source.dtype)
+
+
+def matrix_core_intrinsics(func, spec):
+    """The backend's fragment intrinsics when `func` is a GEMM this spec's matrix cores can run, else None."""
+    import tvm
+    from tvm import s_tir
+
+    from xcomp.backends.gpu import backend_for_spec
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    block = _gemm_block(sch)
+    if block is None:
+        return None
+    a, b, c = _operand_dtypes(sch.get(block))
+    if a != b or c != _ACC_DTYPE:
+        return None
+    return backend_for_spec(spec).fragment_intrinsics(a, c)
+
+
+def legalize_map(spec) -> dict:
+    """float16 matmuls accumulate in float32 (then cast back) where the spec's matrix cores do float16 -> float32,
+    so the template can take them; TVM's own lowering accumulates in float16, which no MFMA instruction does and
+    which loses precision over long K."""
+    import tvm
+    from tvm import relax
+
+    from xcomp.backends.gpu import backend_for_spec
+
+    if backend_for_spec(spec).fragment_intrinsics("float16", _ACC_DTYPE) is None:
+        return {}
+    default = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
+
+    def matmul(bb, call):
+        a, b = call.args
+        if not (str(a.ty.dtype) == str(b.ty.dtype) == str(call.ty.dtype) == "float16"):
+            return default(bb, call)
+        wide = bb.normalize(relax.op.matmul(a, b, out_dtype=_ACC_DTYPE))
+        return relax.op.astype(bb.emit(default(bb, wide)), "float16")
+
+    return {"relax.matmul": matmul}
+
+
+def _normalize(sch, block) -> None:
+    """Rewrite the GEMM block as C[S, I, J] += A[S, I, K] * B[S, K, J] over reindexed copies of its buffers."""
+    from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, make_iter_fusion_index_map
+
+    S, I, J, K = IterKind.kIter_S, IterKind.kIter_I, IterKind.kIter_J, IterKind.kIter_K
+    a_traits, b_traits, c_traits, block_traits = detect_iter_traits(sch.get(block))
+    reindexed = [sch.reindex(block, ("read", 0)), sch.reindex(block, ("read", 1)), sch.reindex(block, ("write", 0))]
+    sch.transform_layout(reindexed[0], ("write", 0), make_iter_fusion_index_map(a_traits, [S, I, K]))
+    sch.transform_layout(reindexed[1], ("write", 0), make_iter_fusion_index_map(b_traits, [S, K, J]))
+    sch.transform_layout(reindexed[2], ("read", 0), make_iter_fusion_index_map(c_traits, [S, I, J]))
+    sch.transform_block_layout(block, make_iter_fusion_index_map(block_traits, [S, I, J, K]))
+
+
+class MatrixCoreTemplate(Template):
+    kind = "matmul"
+
+    def __init__(self, func, spec, intrinsics):
+        super().__init__(func, spec)
+        self.intrinsics = intrinsics  # backends.gpu.FragmentIntrinsics
+        self.operand_bytes = 2  # float16
+
+    def knob_space(self) -> dict[str, list]:
+        return {"warps_m": [1, 2, 4], "warps_n": [1, 2, 4], "frags_m": [1, 2, 4], "frags_n": [1, 2, 4],
+                "k_frags": [1, 2, 4], "vector": [4, 8]}
+
+    def default_knobs(self) -> Knobs:
+        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2, "vector": 8}
+
+    def _block_tile(self, knobs: Knobs) -> tuple[int, int, int]:
+        return (knobs["warps_m"] * knobs["frags_m"] * FRAGMENT, knobs["warps_n"] * knobs["frags_n"] * FRAGMENT,
+                knobs["k_frags"] * self.intrinsics.k)
+
+    def valid(self, knobs: Knobs) -> bool:
+        bm, bn, bk = self._block_tile(knobs)
+        threads = knobs["warps_m"] * knobs["warps_n"] * self.intrinsics.lanes
+        # operand stages (rows padded by 8 elements against bank conflicts) and the float32 accumulator tile
+        shared = (bm + bn) * (bk + 8) * self.operand_bytes + bm * bn * 4
+        # one 16-byte (or narrower) load per lane must not exceed what the vector registers take
+        return (threads <= self.spec.max_threads_per_block and shared <= self.spec.shared_mem_per_block
+                and knobs["vector"] * self.operand_bytes <= self.spec.vector_bytes)
+
+    def apply(self, sch, knobs: Knobs) -> None:
+        from tvm.s_tir.dlight.gpu.matmul import auto_inline_consumer_chain, auto_inline_producers
+
+        f = self.intrinsics
+        block = _gemm_block(sch)
+        _normalize(sch, block)
+        bm, bn, bk = self._block_tile(knobs)
+        sch.pad_einsum(block, [1, bm, bn, bk])
+
+        batch, i, j, k = sch.get_loops(block)
+        i, i_frag = sch.split(i, [None, FRAGMENT])
+        j, j_frag = sch.split(j, [None, FRAGMENT])
+        k, k_frag = sch.split(k, [None, f.k])
+        sch.reorder(i, j, k, i_frag, j_frag, k_frag)
+        fragment_mma = block
+        tile = sch.blockize(i_frag)  # one fragment's MMA per iteration from here on
+
+        i_block, i_warp, i_inner = sch.split(i, [None, knobs["warps_m"], knobs["frags_m"]])
+        j_block, j_warp, j_inner = sch.split(j, [None, knobs["warps_n"], knobs["frags_n"]])
+        k_stage, k_inner = sch.split(k, [None, knobs["k_frags"]])
+        sch.reorder(i_block, j_block, i_warp, j_warp, k_stage, k_inner, i_inner, j_inner)
+        sch.bind(batch, "blockIdx.z")
+        sch.bind(sch.fuse(i_block, j_block), "blockIdx.x")
+        warps = sch.fuse(i_warp, j_warp)
+        sch.bind(warps, "threadIdx.y")
+        warp_count = knobs["warps_m"] * knobs["warps_n"]
+
+        for operand in (0, 1):  # A and B tiles into shared memory, every thread loading `vector` elements at once
+            stage = sch.cache_read(tile, operand, f.shared_scope)
+            sch.compute_at(stage, k_stage)
+            loop = sch.fuse(*sch.get_loops(stage)[-2:])
+            _, ty, tx, vec = sch.split(loop, [None, warp_count, f.lanes, knobs["vector"]])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+            sch.vectorize(vec)
+            sch.storage_align(stage, 0, axis=-2, factor=32, offset=8)
+            auto_inline_producers(sch, stage)
+
+        frag_a = sch.cache_read(tile, 0, "warp")
+        frag_b = sch.cache_read(tile, 1, "warp")
+        sch.compute_at(frag_a, k_inner)
+        sch.compute_at(frag_b, k_inner)
+        write_back = sch.cache_write(tile, 0, f.shared_scope)  # accumulators -> shared -> epilogue -> output
+        accumulator = sch.cache_write(tile, 0, "warp")
+        sch.reverse_compute_at(accumulator, warps)
+        sch.reverse_compute_at(write_back, warps)
+        init = sch.decompose_reduction(tile, k_stage)
+
+        def fragment_loops(blk, rows, cols):
+            r, c = sch.get_loops(blk)[-2:]
+            r_outer, r_inner = sch.split(r, [None, rows])
+            c_outer, c_inner = sch.split(c, [None, cols])
+            sch.reorder(r_outer, c_outer, r_inner, c_inner)
+            return r_inner
+
+        def register_layout(layout, rows, cols):
+            return lambda *idx: (*idx[:-2], idx[-2] // rows, idx[-1] // cols, *layout(idx[-2] % rows, idx[-1] % cols))
+
+        load_a = fragment_loops(frag_a, FRAGMENT, f.k)
+        load_b = fragment_loops(frag_b, f.k, FRAGMENT)
+        store = fragment_loops(accumulator, FRAGMENT, FRAGMENT)
+        sch.transform_layout(frag_a, ("write", 0), register_layout(f.layout_a, FRAGMENT, f.k))
+        sch.transform_layout(frag_b, ("write", 0), register_layout(f.layout_b, f.k, FRAGMENT))
+        sch.transform_layout(accumulator, ("read", 0), register_layout(f.layout_c, FRAGMENT, FRAGMENT))
+        sch.tensorize(load_a, f.load_a)
+        sch.tensorize(load_b, f.load_b)
+        sch.tensorize(sch.get_loops(fragment_mma)[-3], f.compute)
+        sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], f.fill)
+        sch.tensorize(store, f.store)
+
+        auto_inline_consumer_chain(sch, write_back)
+        loop = sch.fuse(*sch.get_loops(write_back)[-2:])
+        _, tx, vec = sch.split(loop, [None, f.lanes, 4])
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(vec)
