@@ -20,17 +20,69 @@ def _resize_model(scales, antialias=0, mode="linear", size=(1, 1, 4, 4)):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [scales_init], opset=19)
 
 
-def test_resize_that_tvm_would_get_wrong_is_refused():
-    """TVM maps coordinates by out/in size; ONNX by the scale. They differ when size x scale is fractional: an
-    upscale by 1.7 maps pixel 0 to a coordinate before the input, which only tf_crop_and_resize could express,
-    and it pads there where ONNX clamps."""
-    with pytest.raises(xcomp.UnsupportedOpError, match="scale 1.7 of an axis of size 4: the output size 6"):
-        xcomp.compile(_resize_model([1, 1, 1.7, 1.7]))
-    with pytest.raises(xcomp.UnsupportedOpError, match="single row or column: TVM's map divides by zero"):
-        xcomp.compile(_align_corners(_resize_model([1, 1, 0.25, 1])))
-    with pytest.raises(xcomp.UnsupportedOpError, match="antialias=1 when downsampling"):
-        xcomp.compile(_resize_model([1, 1, 0.5, 0.5], antialias=1))
-    for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay, and are right
+def _with_attrs(model, **attrs):
+    model.graph.node[0].attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    return model
+
+
+def _resize_to_sizes(sizes, size, **attrs):
+    sizes_init = onnx.numpy_helper.from_array(np.array(sizes, np.int64), "sizes")
+    return make_model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", **attrs)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(size))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes_init], opset=19)
+
+
+def _crop_and_resize(roi, scales, **attrs):
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("roi", roi), ("scales", scales))]
+    return make_model([helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize",
+                                        coordinate_transformation_mode="tf_crop_and_resize", **attrs)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits, opset=19)
+
+
+# Resizes TVM's resize gets wrong or cannot do: each goes through separable_resize's per-axis matrices
+SEPARABLE_RESIZES = {
+    # TVM maps coordinates by out/in size, ONNX by the scale: they differ when size x scale is fractional (an
+    # upscale by 1.7 maps pixel 0 before the input: no tf_crop_and_resize roi expresses that either)
+    "upscale_1.7_linear": lambda: _resize_model([1, 1, 1.7, 1.7]),
+    "upscale_2.3_cubic_exclude_outside": lambda: _with_attrs(_resize_model([1, 1, 2.3, 1.6], mode="cubic"),
+                                                             exclude_outside=1, cubic_coeff_a=-0.5),
+    "upscale_1.5_nearest_ceil": lambda: _with_attrs(_resize_model([1, 1, 1.5, 1.25], mode="nearest"),
+                                                    nearest_mode="ceil"),
+    # a single output row: align_corners divides by size - 1
+    "align_corners_to_one_row": lambda: _align_corners(_resize_model([1, 1, 0.25, 1])),
+    # TVM has no antialias filter
+    "antialias_linear_0.5": lambda: _resize_model([1, 1, 0.5, 0.5], antialias=1, size=(1, 2, 8, 8)),
+    "antialias_cubic_0.6": lambda: _resize_model([1, 1, 0.6, 0.8], antialias=1, mode="cubic", size=(1, 2, 10, 10)),
+    # TVM ignores keep_aspect_ratio_policy
+    "not_larger": lambda: _resize_to_sizes([6, 6], (1, 1, 2, 4), keep_aspect_ratio_policy="not_larger", axes=[2, 3]),
+    "not_smaller": lambda: _resize_to_sizes([6, 6], (1, 1, 2, 4), keep_aspect_ratio_policy="not_smaller",
+                                            mode="linear", axes=[2, 3]),
+    # TVM's resize keeps the batch and channel axes (a wrong shape came out)
+    "batch_by_scale_2": lambda: _resize_model([2, 1, 2, 2], mode="nearest"),
+    "channels_to_size_4": lambda: _resize_to_sizes([1, 4, 4, 4], (1, 2, 2, 2), mode="nearest"),
+    # a roi reaching outside the input: those pixels take extrapolation_value
+    "crop_outside_extrapolates": lambda: _crop_and_resize([0, 0, -0.3, 0.2, 1, 1, 0.9, 1.4], [1, 1, 1.5, 1.25],
+                                                          mode="linear", extrapolation_value=7.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEPARABLE_RESIZES))
+def test_resize_tvm_cannot_do_goes_separable(case):
+    model = SEPARABLE_RESIZES[case]()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_separable_resize_needs_static_shapes():
+    """A fractional upscale of an input with symbolic spatial dims stays refused, naming what TVM lacks."""
+    model = _resize_model([1, 1, 1.7, 1.7], size=(1, 1, "h", "w"))
+    with pytest.raises(xcomp.UnsupportedOpError, match="scales of an input with symbolic spatial dims"):
+        xcomp.compile(model)
+    with pytest.raises(xcomp.UnsupportedOpError, match="keeps the batch and channel axes"):
+        xcomp.compile(_resize_model([2, 1, 2, 2], mode="nearest", size=("n", 1, 4, 4)))
+    for scales, antialias in (([1, 1, 0.5, 0.5], 0), ([1, 1, 2, 2], 1)):  # whole-number sizes stay on TVM's resize
         model = _resize_model(scales, antialias)
         x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
         assert_matches_ort(xcomp.compile(model), model, {"x": x})
@@ -229,28 +281,6 @@ def test_resize_with_axes(operand, value):
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [const], opset=19)
     x = np.random.default_rng(7).standard_normal((1, 2, 3, 4)).astype(np.float32)
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
-
-
-def test_resize_of_the_batch_or_channel_axis_is_refused():
-    """TVM's resize changes the spatial axes only: the output kept 1 batch where ONNX made 2 (a wrong shape)."""
-    with pytest.raises(xcomp.UnsupportedOpError, match="keeps the batch and channel axes"):
-        xcomp.compile(_resize_model([2, 1, 2, 2], mode="nearest"))
-    sizes = onnx.numpy_helper.from_array(np.array([1, 4, 4, 4], np.int64), "sizes")
-    model = make_model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes], opset=19)
-    with pytest.raises(xcomp.UnsupportedOpError, match=r"channel entry \(4\) is not the input's \(2\)"):
-        xcomp.compile(model)
-
-
-def test_resize_keeping_the_aspect_ratio_is_refused():
-    sizes = onnx.numpy_helper.from_array(np.array([1, 1, 6, 6], np.int64), "sizes")
-    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], keep_aspect_ratio_policy="not_larger")
-    model = make_model([node],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], [sizes], opset=19)
-    with pytest.raises(xcomp.UnsupportedOpError, match="keep_aspect_ratio_policy"):
-        xcomp.compile(model)
 
 
 @pytest.mark.parametrize("position", [-1, -2, 0, 2])

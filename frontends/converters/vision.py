@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import separable_resize
 from .common import const_value, dim_text, relax_api, string_attr
 
 
 def convert_resize(bb, inputs, attrs, opset, stock):
+    """TVM's Resize where it is right; where it is not (see _tvm_resize), the same Resize as constant
+    per-axis interpolation matrices when the shapes and parameters are static, else refused."""
+    given = dict(attrs)  # _tvm_resize rewrites attrs for `stock`, which reads them
+    try:
+        return _tvm_resize(bb, list(inputs), attrs, opset, stock)
+    except NotImplementedError as refusal:
+        planned = separable_resize.plan(inputs[0], inputs, given, opset)
+        if planned is None:
+            raise refusal from None
+        matrices, shape = planned
+        return separable_resize.resize(inputs[0], matrices, shape, float(given.get("extrapolation_value", 0.0)))
+
+
+def _tvm_resize(bb, inputs, attrs, opset, stock):
     """TVM's Resize, mended or refused where it would be wrong. Output sizes from scales are counted as
     onnxruntime counts them (float32) and handed over as sizes. TVM's resize maps output to input coordinates
     by the ratio of the sizes, ONNX by the scale, and the two differ when size x scale is not whole (a 0.6
