@@ -427,3 +427,70 @@ def test_celu():
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], opset=12)
     x = np.linspace(-3, 3, 10, dtype=np.float32).reshape(2, 5)
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def _dft_model(shape, length=None, opset=20, **attrs):
+    inits, inputs = [], ["x"]
+    if length is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(length, np.int64), "length"))
+    inputs.append("length" if length is not None else "")
+    if opset >= 20:
+        inits.append(onnx.numpy_helper.from_array(np.array(attrs.pop("axis", -2), np.int64), "axis"))
+        inputs.append("axis")
+    return make_model([helper.make_node("DFT", inputs, ["y"], name="dft", **attrs)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(shape))], inits,
+                      opset=opset)
+
+
+def _complex(parts):
+    return parts[..., 0] + 1j * parts[..., 1]
+
+
+@pytest.mark.parametrize("case", ["fft", "fft_axis1_opset17", "padded", "truncated", "rfft", "ifft", "irfft",
+                                  "irfft_odd_length"])
+def test_dft_matches_numpy(case):
+    """DFT against numpy.fft (onnxruntime 1.32 disagrees with the ONNX spec's forward DFT of a real signal)."""
+    rng = np.random.default_rng(4)
+    real = rng.standard_normal((2, 8, 3, 1)).astype(np.float32)
+    cplx = rng.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    half = rng.standard_normal((2, 5, 3, 2)).astype(np.float32)  # a one-sided spectrum of 8 (or 9) samples
+    x, model, want = {
+        "fft": (cplx, _dft_model(cplx.shape, axis=1), np.fft.fft(_complex(cplx), axis=1)),
+        "fft_axis1_opset17": (cplx, _dft_model(cplx.shape, opset=17, axis=1), np.fft.fft(_complex(cplx), axis=1)),
+        "padded": (real, _dft_model(real.shape, length=11, axis=1), np.fft.fft(real[..., 0], n=11, axis=1)),
+        "truncated": (cplx, _dft_model(cplx.shape, length=5, axis=1), np.fft.fft(_complex(cplx), n=5, axis=1)),
+        "rfft": (real, _dft_model(real.shape, axis=1, onesided=1), np.fft.rfft(real[..., 0], axis=1)),
+        "ifft": (cplx, _dft_model(cplx.shape, axis=1, inverse=1), np.fft.ifft(_complex(cplx), axis=1)),
+        "irfft": (half, _dft_model(half.shape, axis=1, inverse=1, onesided=1),
+                  np.fft.irfft(_complex(half), axis=1)[..., None]),
+        "irfft_odd_length": (half, _dft_model(half.shape, length=9, axis=1, inverse=1, onesided=1),
+                             np.fft.irfft(_complex(half), n=9, axis=1)[..., None]),
+    }[case]
+    if np.iscomplexobj(want):
+        want = np.stack([want.real, want.imag], axis=-1)
+    got = xcomp.compile(model)(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_stft_matches_onnxruntime(window):
+    rng = np.random.default_rng(5)
+    inits = [onnx.numpy_helper.from_array(np.array(6, np.int64), "step")]
+    inputs = ["signal", "step"]
+    if window:
+        inits.append(onnx.numpy_helper.from_array(np.hanning(16).astype(np.float32), "window"))
+        inputs.append("window")
+    else:
+        inits.append(onnx.numpy_helper.from_array(np.array(16, np.int64), "frame_length"))
+        inputs += ["", "frame_length"]
+    model = make_model([helper.make_node("STFT", inputs, ["y"], name="stft")],
+                       [helper.make_tensor_value_info("signal", TensorProto.FLOAT, [2, 64, 1])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits)
+    x = rng.standard_normal((2, 64, 1)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"signal": x})
+
+
+def test_dft_along_the_parts_axis_is_refused():
+    with pytest.raises(xcomp.UnsupportedOpError, match="DFT along the last axis"):
+        xcomp.compile(_dft_model((2, 8, 2), axis=-1))

@@ -10,7 +10,7 @@ UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a N
 being converted, and a way to make the module check a condition at run time.
 
 One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression),
-normalization, math_ops, losses, quantized; common holds NodeContext and the helpers they share.
+normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback); common holds NodeContext and the helpers they share.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .math_ops import convert_celu, convert_is_inf, convert_pow, convert_prelu, 
 from .normalization import convert_batch_norm, convert_layer_norm
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
+from .spectral import convert_dft, convert_stft
 from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
                         convert_sequence_insert, convert_slice, convert_split)
 from .vision import convert_non_max_suppression, convert_resize, convert_upsample
@@ -52,6 +53,8 @@ CONVERTERS = {
     "NegativeLogLikelihoodLoss": convert_nll_loss,
     "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,
     "QLinearMatMul": convert_qlinear_matmul,
+    "DFT": convert_dft,
+    "STFT": convert_stft,
 }
 
 __all__ = ["CONVERTERS", "NodeContext"]
