@@ -494,3 +494,29 @@ def test_stft_matches_onnxruntime(window):
 def test_dft_along_the_parts_axis_is_refused():
     with pytest.raises(xcomp.UnsupportedOpError, match="DFT along the last axis"):
         xcomp.compile(_dft_model((2, 8, 2), axis=-1))
+
+
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]}])
+def test_col2im_matches_onnxruntime(attrs):
+    image, block = [6, 7], [3, 2]
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("image", image), ("block", block))]
+    strides, pads, dil = attrs.get("strides", [1, 1]), attrs.get("pads", [0] * 4), attrs.get("dilations", [1, 1])
+    positions = int(np.prod([(image[d] + pads[d] + pads[2 + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1
+                             for d in range(2)]))
+    model = make_model([helper.make_node("Col2Im", ["x", "image", "block"], ["y"], name="col2im", **attrs)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3 * 6, positions])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits, opset=18)
+    x = np.random.default_rng(6).standard_normal((2, 18, positions)).astype(np.float32)
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+@pytest.mark.parametrize("p,axis", [(1, -1), (2, 0), (2, 1)])
+def test_lp_normalization_matches_onnxruntime(p, axis):
+    model = make_model([helper.make_node("LpNormalization", ["x"], ["y"], name="lp", p=p, axis=axis)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 5])])
+    x = np.random.default_rng(7).standard_normal((3, 4, 5)).astype(np.float32)
+    x[:, 1, :] = 0  # zero norms along every axis somewhere: 0, not NaN
+    x[1] = 0
+    x[..., 2] = 0
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})

@@ -18,8 +18,8 @@ _OPSET_RANGE = (7, 22)
 # converter in TVM's importer, or a subgraph op such as Loop inside the case). Inputs that set shapes are fixed
 # from the case's data first, as a user fixes them with --input-value.
 UNSUPPORTED_OPS = {
-    "Bernoulli", "BlackmanWindow", "Col2Im", "Constant", "ConvInteger", "DeformConv", "Det",
-    "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "LpNormalization", "MaxUnpool",
+    "Bernoulli", "BlackmanWindow", "Constant", "ConvInteger", "DeformConv", "Det",
+    "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "MaxUnpool",
     "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
     "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer",

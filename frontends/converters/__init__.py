@@ -9,7 +9,7 @@ A converter raises ValueError / NotImplementedError for a node it cannot take; t
 UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a NodeContext: the ONNX node
 being converted, and a way to make the module check a condition at run time.
 
-One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression),
+One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression, Col2Im),
 normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback); common holds NodeContext and the helpers they share.
 """
 
@@ -19,13 +19,13 @@ from .common import NodeContext
 from .gather import convert_gather
 from .losses import convert_nll_loss, convert_softmax_cross_entropy
 from .math_ops import convert_celu, convert_is_inf, convert_pow, convert_prelu, reduce_extreme
-from .normalization import convert_batch_norm, convert_layer_norm
+from .normalization import convert_batch_norm, convert_layer_norm, convert_lp_normalization
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .spectral import convert_dft, convert_stft
 from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
                         convert_sequence_insert, convert_slice, convert_split)
-from .vision import convert_non_max_suppression, convert_resize, convert_upsample
+from .vision import convert_col2im, convert_non_max_suppression, convert_resize, convert_upsample
 
 CONVERTERS = {
     "LSTM": convert_lstm,
@@ -53,6 +53,8 @@ CONVERTERS = {
     "NegativeLogLikelihoodLoss": convert_nll_loss,
     "SoftmaxCrossEntropyLoss": convert_softmax_cross_entropy,
     "QLinearMatMul": convert_qlinear_matmul,
+    "LpNormalization": convert_lp_normalization,
+    "Col2Im": convert_col2im,
     "DFT": convert_dft,
     "STFT": convert_stft,
 }

@@ -1,4 +1,4 @@
-"""LayerNormalization and BatchNormalization."""
+"""LayerNormalization, BatchNormalization and LpNormalization."""
 
 from __future__ import annotations
 
@@ -55,3 +55,19 @@ def _moments(bb, data, axes):
     mean = bb.normalize(relax.op.mean(data, axes, keepdims=True))
     centered = bb.normalize(relax.op.subtract(data, mean))
     return mean, centered, bb.normalize(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
+
+
+def convert_lp_normalization(bb, inputs, attrs, opset, stock):  # noqa: ARG001 - TVM has no converter for it
+    """x / ||x||_p along `axis` (p 1 or 2); where the norm is 0 (so is x), 0, as onnxruntime and the spec's
+    reference give."""
+    relax = relax_api()
+    data = inputs[0]
+    p, axis = attrs.get("p", 2), attrs.get("axis", -1)
+    if p == 1:
+        norm = relax.op.sum(relax.op.abs(data), axis=[axis], keepdims=True)
+    elif p == 2:
+        norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(data, data), axis=[axis], keepdims=True))
+    else:
+        raise ValueError(f"LpNormalization with p={p}: the spec allows 1 and 2")
+    zero = relax.const(0, dtype_of(data))
+    return relax.op.where(relax.op.equal(norm, zero), zero, relax.op.divide(data, norm))

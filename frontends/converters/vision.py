@@ -1,4 +1,4 @@
-"""Resize, Upsample and NonMaxSuppression."""
+"""Resize, Upsample, NonMaxSuppression and Col2Im."""
 
 from __future__ import annotations
 
@@ -255,3 +255,39 @@ def convert_upsample(bb, inputs, attrs, opset, stock=None):
         raise NotImplementedError(f"Upsample mode {mode!r}")
     return relax.op.image.resize2d(data, size, roi=[0.0, 0.0, 0.0, 0.0], layout="NCHW", method=method,
                                    coordinate_transformation_mode="asymmetric", rounding_method="floor")
+
+
+def convert_col2im(bb, inputs, attrs, opset, stock):  # noqa: ARG001 - TVM has no converter for it
+    """Col2Im: sums sliding blocks back into an image, as one matmul with a constant 0/1 matrix that sends
+    (block offset, block position) to its pixel, or nowhere when it falls in the padding. image_shape and
+    block_shape must be constants; the input's block-position count must be static."""
+    import itertools
+
+    relax = relax_api()
+    data = inputs[0]
+    image, block = (const_value(inputs[i]) for i in (1, 2))
+    if image is None or block is None:
+        raise ValueError("Col2Im with image_shape or block_shape computed at run time")
+    image, block = [int(v) for v in image], [int(v) for v in block]
+    spatial = len(image)
+    dilations = list(attrs.get("dilations", [1] * spatial))
+    strides = list(attrs.get("strides", [1] * spatial))
+    pads = list(attrs.get("pads", [0] * 2 * spatial))
+    grid = [(image[d] + pads[d] + pads[spatial + d] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
+            for d in range(spatial)]
+    block_size, positions, pixels = int(np.prod(block)), int(np.prod(grid)), int(np.prod(image))
+    shape = [int(d) for d in data.ty.shape.values] if data.ty.shape is not None else None
+    if shape is None or len(shape) != 3 or shape[1] % block_size or shape[2] != positions:
+        raise ValueError(f"Col2Im input of shape {shape}: expected [N, C x {block_size} (the block), {positions} "
+                         "(the block positions)]")
+    scatter = np.zeros((block_size * positions, pixels), np.float32)
+    for b, offset in enumerate(itertools.product(*(range(n) for n in block))):
+        for position, at in enumerate(itertools.product(*(range(n) for n in grid))):
+            pixel = [at[d] * strides[d] - pads[d] + offset[d] * dilations[d] for d in range(spatial)]
+            if all(0 <= pixel[d] < image[d] for d in range(spatial)):
+                scatter[b * positions + position, np.ravel_multi_index(pixel, image)] = 1.0
+    channels = shape[1] // block_size
+    dtype = str(data.ty.dtype)
+    flat = relax.op.reshape(data, [shape[0], channels, block_size * positions])
+    summed = relax.op.matmul(flat, relax.const(scatter.astype(dtype), dtype))
+    return relax.op.reshape(summed, [shape[0], channels, *image])
