@@ -76,8 +76,30 @@ def test_attention_serves_every_batch_and_sequence(attention_module):
     module, model = attention_module
     assert [(s.name, s.shape) for s in module.inputs] == [("x", ("batch", "seq", 32)),
                                                           ("mask", ("batch", "seq", "seq"))]
-    for batch, seq in ((1, 1), (2, 7), (4, 16)):
+    for batch, seq in ((1, 1), (2, 7), (4, 16), (1, 37)):  # tiles padded: none, partly, whole, several
         assert_matches_ort(module, model, random_feed({"x": (batch, seq, 32), "mask": (batch, seq, seq)}))
+
+
+def test_attention_matmuls_over_symbolic_sequences_are_register_tiled(attention_module):
+    """Q @ K^T (symbolic M and N) and P @ V (symbolic M and K) keep the matmul template: the schedule pads the
+    symbolic M and N to whole tiles (pad_einsum) rather than falling back to the generic scalar schedule."""
+    from tvm import s_tir
+
+    from xcomp.schedules import get_template
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    module, _ = attention_module
+    activation_by_activation = []
+    for group in module.groups:
+        template = get_template(group.func, module.spec)
+        if group.kind == "matmul" and isinstance(template, MatmulTemplate) and \
+                (template.n is None or template.k is None):
+            activation_by_activation.append(template)
+            knobs = template.default_knobs()
+            assert template.lanes == module.spec.simd_width and knobs["mr"] > 1
+            for mr in template.knob_space()["mr"]:  # every row tile pads and schedules
+                template.apply(s_tir.Schedule(group.func), {**knobs, "mr": mr})
+    assert len(activation_by_activation) == 2  # Q @ K^T and P @ V
 
 
 def test_shapes_it_cannot_serve(attention_module):

@@ -11,7 +11,9 @@ M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile stream
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
 A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
 (legalize.py), so the row tiles that divide the padding need no predicate; the write-back alone is predicated.
-Where no lowering padded it (TVM's own matmul), it runs one row per tile.
+Where no lowering padded it (TVM's own matmul or einsum, e.g. attention over a symbolic sequence), and for a
+symbolic N, the schedule pads the iteration space itself (`pad_einsum`: zero-filled copies of the operands) to
+whole tiles; a symbolic K just runs its loop.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatia
                      vector_registers)
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+# the largest tile a symbolic M (rows) or N (vectors) is padded to here: more wastes work on short sequences
+SYMBOLIC_PAD_LIMIT = 4
+SYMBOLIC_PAD_VECTORS = 2
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
@@ -49,10 +54,10 @@ class MatmulTemplate(CpuTemplate):
         if str(main.write_buffer().dtype) != "float32":
             raise ValueError("matmul template schedules float32 only")
         self.name = main.name
-        *_, self.m, self.n, self.k = main.extents  # m None: symbolic
-        if self.n is None or self.k is None:
-            raise ValueError("matmul template needs static N and K")
+        *_, self.m, self.n, self.k = main.extents  # None: symbolic
         self.m_extent = main.block.iter_vars[-3].dom.extent
+        # a symbolic M no lowering padded: tiles of these many rows, the schedule padding the rows to them
+        self.rows_padded_here = self.m is None and not self._rows_divisible_by(2)
         ivars = [iv.var for iv in main.block.iter_vars]
         i, j, k = ivars[-3:]
         a_load, b_load = self._operands(mac_operands(main.block), i, j)
@@ -72,6 +77,8 @@ class MatmulTemplate(CpuTemplate):
             self.layout = "nn" if self.b_axes[0] == len(indices) - 1 else "nt"
         if self.layout == "packed":
             self.lanes = int(b_load.source.shape[-1])
+        elif self.n is None:  # padded to whole tiles of full vectors in apply()
+            self.lanes = spec.simd_width
         else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
             fits = [v for v in (spec.simd_width, spec.simd_width // 2, spec.simd_width // 4) if v >= 4]
             self.lanes = next((v for v in fits if self.n % v == 0), 1)
@@ -98,11 +105,15 @@ class MatmulTemplate(CpuTemplate):
     # -- knobs ---------------------------------------------------------------------------------------------
 
     def _mr_choices(self):
+        if self.rows_padded_here:
+            return [mr for mr in MR_CHOICES if mr <= SYMBOLIC_PAD_LIMIT]
         if self.m is None:  # only tiles that divide the (padded, see legalize.py) symbolic extent: no predicate
             return [mr for mr in MR_CHOICES if self._rows_divisible_by(mr)]
         return [mr for mr in MR_CHOICES if mr <= self.m]
 
     def _nr_choices(self):
+        if self.n is None:  # padded to nr vectors: a wide tile wastes most of it on short sequences
+            return [nr for nr in NR_CHOICES if nr <= SYMBOLIC_PAD_VECTORS]
         return [nr for nr in NR_CHOICES if (self.n // self.lanes) % nr == 0] or [1]
 
     def knob_space(self):
@@ -110,7 +121,7 @@ class MatmulTemplate(CpuTemplate):
             "mr": self._mr_choices(),
             "nr": self._nr_choices(),
             "order": ["n_outer", "m_outer"] if self.m is None or self.m > 1 else ["n_outer"],
-            "unroll_k": [u for u in (1, 2, 4, 8) if self.k % u == 0],
+            "unroll_k": [u for u in (1, 2, 4, 8) if self.k is not None and self.k % u == 0] or [1],
         }
         if self.layout == "nn":
             space["pack_b"] = [True, False]
@@ -130,7 +141,7 @@ class MatmulTemplate(CpuTemplate):
         def cost(tile):
             mr, nr = tile
             # the tile's column panel of B (K x nr vectors) is re-read for every row tile: keep it in L2
-            panel_fits = not l2 or self.k * nr * self.lanes * 4 <= l2 * 3 // 4
+            panel_fits = not l2 or (self.k or 0) * nr * self.lanes * 4 <= l2 * 3 // 4
             rows_used = m / (-(-m // mr) * mr)  # the last row tile may be partly empty
             # then most accumulators (FMAs per k step), then fewest loads per k step, a vector of B (streamed
             # from L2) counting as two broadcasts of A (from L1), then most rows
@@ -139,7 +150,8 @@ class MatmulTemplate(CpuTemplate):
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if m < 4:  # a GEMV: memory-bound; several weight panels per core keep the cores busy to the end
+        if m < 4 and self.n is not None:  # a GEMV: memory-bound; several weight panels per core keep the cores
+            # busy to the end
             panels_per_core = (self.n // self.lanes) // self.spec.cores
             nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
                      and self.valid({"mr": mr, "nr": n}))
@@ -157,6 +169,10 @@ class MatmulTemplate(CpuTemplate):
     def apply(self, sch, knobs):
         inline_injective(sch)
         mm = sch.get_sblock(self.name)
+        rows = knobs["mr"] if self.rows_padded_here else 1
+        columns = knobs["nr"] * self.lanes if self.n is None else 1
+        if rows > 1 or columns > 1:
+            self._pad_to_tiles(sch, mm, rows, columns)
         if self.layout == "nt" or (self.layout == "nn" and knobs["pack_b"]):
             self._pack_b(sch, mm)
         epilogue = tile_epilogue(sch, mm)
@@ -195,6 +211,16 @@ class MatmulTemplate(CpuTemplate):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
         sch.decompose_reduction(mm, inner[0])
+
+    @staticmethod
+    def _pad_to_tiles(sch, mm, rows, columns):
+        """Pad the symbolic M / N of the iteration space to whole tiles: zero-filled operand copies, and a crop
+        of the result folded into the epilogue, which alone is predicated."""
+        *batch, _, _, _ = sch.get_loops(mm)
+        sch.pad_einsum(mm, [1] * len(batch) + [rows, columns, 1])
+        crop, = sch.get_consumers(mm)
+        if sch.get_consumers(crop):  # an epilogue follows: it reads the padded result directly
+            sch.compute_inline(crop)
 
     def _pack_b(self, sch, mm):
         """Copy B once into [..., N/V, K, V] so each tile's column panel is one contiguous stream."""
