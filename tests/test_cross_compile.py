@@ -63,8 +63,24 @@ def _attention_scores_f16(batch=2, queries=96, keys=80, dim=64):
     return bb.get()
 
 
+def _linear_f16(m=100, k=96, n=80):
+    """x @ w^T with w stored [N, K], as torch's Linear keeps it: B's K axis is the contiguous one."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((m, k), "float16"))
+    w = relax.Var("w", relax.TensorType((n, k), "float16"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.op.permute_dims(w, [1, 0]), out_dtype="float32"))
+            out = bb.emit_output(relax.op.astype(y, "float16"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 MODELS = {"conv_f32": _conv_relu, "matmul_f32": lambda: _matmul_relu("float32"),
-          "matmul_f16": lambda: _matmul_relu("float16"), "attention_f16": _attention_scores_f16}
+          "matmul_f16": lambda: _matmul_relu("float16"), "attention_f16": _attention_scores_f16,
+          "linear_f16": _linear_f16}
 
 
 def fused(relax_mod):
@@ -254,16 +270,18 @@ def _backend(target):
     return _cuda_backend(arch) if kind == "cuda" else _rocm_backend(arch)
 
 
+@pytest.mark.parametrize("model", ["attention_f16", "linear_f16"])
 @pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx90a"])
-def test_matrix_core_template_configs_build(target, tmp_path):
-    """Sampled configs of the one matrix-core template build for both vendors, on a batched Q @ K^T whose sizes
-    need padding, and every one of them runs its MMAs on the matrix cores."""
+def test_matrix_core_template_configs_build(target, model, tmp_path):
+    """Sampled configs of the one matrix-core template build for both vendors, on a batched Q @ K^T and on a
+    linear layer with its weight stored [N, K] (loaded element-wise: not contiguous along N), sizes that need
+    padding, and every one of them runs its MMAs on the matrix cores."""
     import random
 
     from xcomp.schedules import gpu
 
     backend = _backend(target)
-    mod = fused(_attention_scores_f16())
+    mod = fused(MODELS[model]())
     gv, func = matmul_prim_func(mod)
     template = gpu.get_template(func, backend.spec)
     assert isinstance(template, gpu.MatrixCoreTemplate)
@@ -368,17 +386,34 @@ def _fp16_mlp_onnx():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _fp16_conv_onnx():
+    """A float16 3x3 conv with bias and ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float16), name)
+               for name, shape in (("w", (32, 16, 3, 3)), ("b", (32,)))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv_f16",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 16, 28, 28])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 32, 28, 28])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("model,kernels", [(_fp16_mlp_onnx, 2), (_fp16_conv_onnx, 1)])
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
-def test_onnx_fp16_matmuls_use_matrix_cores(target, tmp_path):
-    """An float16 ONNX model's matmuls accumulate in float32 on the matrix cores, bias and ReLU fused behind them."""
+def test_onnx_fp16_matmuls_use_matrix_cores(target, model, kernels, tmp_path):
+    """A float16 ONNX model's matmuls and convs (implicit GEMMs) accumulate in float32 on the matrix cores, bias
+    and ReLU fused behind them."""
     import xcomp
 
     _backend(target)
-    module = xcomp.compile(_fp16_mlp_onnx(), target=target, progress=False)
+    module = xcomp.compile(model(), target=target, progress=False)
     paths = module.emit_sources(tmp_path)
     device = next(p for p in paths if os.path.basename(p) in ("cuda_kernels.ptx", "rocm_kernels.s"))
     with open(device) as f:
         code = f.read()
-    kernels = [line for line in code.splitlines() if line.strip().startswith((".visible .entry", ".amdhsa_kernel "))]
-    assert len(kernels) == 2  # one per matmul: the epilogues are fused, nothing else is left
-    assert code.count(MATRIX_CORE_INSTRUCTION[target.split(":")[0]]) >= 2
+    entries = [line for line in code.splitlines() if line.strip().startswith((".visible .entry", ".amdhsa_kernel "))]
+    assert len(entries) == kernels  # one per matmul or conv: the epilogues are fused, nothing else is left
+    assert code.count(MATRIX_CORE_INSTRUCTION[target.split(":")[0]]) >= kernels

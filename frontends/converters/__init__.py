@@ -9,8 +9,9 @@ A converter raises ValueError / NotImplementedError for a node it cannot take; t
 UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a NodeContext: the ONNX node
 being converted, and a way to make the module check a condition at run time.
 
-One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression, Col2Im),
-normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback); common holds NodeContext and the helpers they share.
+One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression,
+Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback);
+common holds NodeContext and the helpers they share.
 """
 
 from __future__ import annotations

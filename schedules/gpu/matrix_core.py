@@ -5,8 +5,9 @@ the shared-memory scope) comes from the backend's `FragmentIntrinsics`; sizes co
 
 It takes a group whose single reduction is C[S, I, J] += float32(A[S, I, K]) * float32(B[S, K, J]) on float16
 operands, in any index order TVM's legalization wrote it, with fused producers (e.g. a transpose) and consumers
-(bias, activation, a cast back to float16). The reduction is normalized to that form and padded to whole block
-tiles; producers are inlined into the shared-memory loads, consumers into the write-back.
+(bias, activation, a cast back to float16); a conv2d is one too (an implicit GEMM: K runs over input channels and
+the window). The reduction is normalized to that form and padded to whole block tiles; producers are inlined into
+the shared-memory loads, consumers into the write-back.
 
 Per block: warps_m x warps_n warps, each computing frags_m x frags_n fragments; K advances k_frags fragments per
 shared-memory stage.
@@ -53,9 +54,9 @@ def matrix_core_intrinsics(func, spec):
 
 
 def legalize_map(spec) -> dict:
-    """float16 matmuls accumulate in float32 (then cast back) where the spec's matrix cores do float16 -> float32,
-    so the template can take them; TVM's own lowering accumulates in float16, which no MFMA instruction does and
-    which loses precision over long K."""
+    """float16 matmuls and convs accumulate in float32 (then cast back) where the spec's matrix cores do float16
+    -> float32, so the template can take them (a conv as an implicit GEMM); TVM's own lowering accumulates in
+    float16, which no MFMA instruction does and which loses precision over long K."""
     import tvm
     from tvm import relax
 
@@ -63,16 +64,45 @@ def legalize_map(spec) -> dict:
 
     if backend_for_spec(spec).fragment_intrinsics("float16", _ACC_DTYPE) is None:
         return {}
-    default = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
+    def widened(op_name, rebuild):
+        """op_name's legalization, computing a float16 call in float32 (rebuild(call) makes that call)."""
+        default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
-    def matmul(bb, call):
-        a, b = call.args
-        if not (str(a.ty.dtype) == str(b.ty.dtype) == str(call.ty.dtype) == "float16"):
-            return default(bb, call)
-        wide = bb.normalize(relax.op.matmul(a, b, out_dtype=_ACC_DTYPE))
-        return relax.op.astype(bb.emit(default(bb, wide)), "float16")
+        def legalize(bb, call):
+            a, b = call.args[:2]
+            if not (str(a.ty.dtype) == str(b.ty.dtype) == str(call.ty.dtype) == "float16"):
+                return default(bb, call)
+            return relax.op.astype(bb.emit(default(bb, bb.normalize(rebuild(call)))), "float16")
 
-    return {"relax.matmul": matmul}
+        return legalize
+
+    def conv2d(call):
+        a = call.attrs
+        return relax.op.nn.conv2d(*call.args, strides=a.strides, padding=a.padding, dilation=a.dilation,
+                                  groups=a.groups, data_layout=a.data_layout, kernel_layout=a.kernel_layout,
+                                  out_layout=a.out_layout, out_dtype=_ACC_DTYPE)
+
+    return {"relax.matmul": widened("relax.matmul", lambda call: relax.op.matmul(*call.args, out_dtype=_ACC_DTYPE)),
+            "relax.nn.conv2d": widened("relax.nn.conv2d", conv2d)}
+
+
+def _contiguous_operands(block) -> tuple[bool, bool]:
+    """Whether A's innermost normalized axis (K) and B's (J) are the innermost axes of the buffers they read, so a
+    thread can load several neighbours at once; where not (a conv's input window, a weight stored [N, K]) the
+    loads into shared memory go element by element (a vector gather also breaks TVM's CUDA code generation)."""
+    from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits
+
+    *_, block_traits = detect_iter_traits(block)
+    kinds = {iv.var: trait.kind for iv, trait in zip(block.iter_vars, block_traits)}
+
+    def innermost(kind):
+        return next((v for v in reversed(list(kinds)) if kinds[v] == kind), None)
+
+    def contiguous(region, kind):
+        last = region.region[-1].min
+        return innermost(kind) is not None and last.same_as(innermost(kind))
+
+    return contiguous(block.reads[0], IterKind.kIter_K), contiguous(block.reads[1], IterKind.kIter_J)
 
 
 def _normalize(sch, block) -> None:
@@ -93,15 +123,21 @@ class MatrixCoreTemplate(Template):
 
     def __init__(self, func, spec, intrinsics):
         super().__init__(func, spec)
+        import tvm
+        from tvm import s_tir
+
         self.intrinsics = intrinsics  # backends.gpu.FragmentIntrinsics
         self.operand_bytes = 2  # float16
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        self.contiguous = _contiguous_operands(sch.get(_gemm_block(sch)))
 
     def knob_space(self) -> dict[str, list]:
         return {"warps_m": [1, 2, 4], "warps_n": [1, 2, 4], "frags_m": [1, 2, 4], "frags_n": [1, 2, 4],
-                "k_frags": [1, 2, 4], "vector": [4, 8]}
+                "k_frags": [1, 2, 4], "vector": [4, 8] if any(self.contiguous) else [1]}
 
     def default_knobs(self) -> Knobs:
-        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2, "vector": 8}
+        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
+                "vector": 8 if any(self.contiguous) else 1}
 
     def _block_tile(self, knobs: Knobs) -> tuple[int, int, int]:
         return (knobs["warps_m"] * knobs["frags_m"] * FRAGMENT, knobs["warps_n"] * knobs["frags_n"] * FRAGMENT,
@@ -147,7 +183,8 @@ class MatrixCoreTemplate(Template):
             stage = sch.cache_read(tile, operand, f.shared_scope)
             sch.compute_at(stage, k_stage)
             loop = sch.fuse(*sch.get_loops(stage)[-2:])
-            _, ty, tx, vec = sch.split(loop, [None, warp_count, f.lanes, knobs["vector"]])
+            vector = knobs["vector"] if self.contiguous[operand] else 1
+            _, ty, tx, vec = sch.split(loop, [None, warp_count, f.lanes, vector])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(vec)
