@@ -64,6 +64,7 @@ def legalize_map(spec) -> dict:
 
     if backend_for_spec(spec).fragment_intrinsics("float16", _ACC_DTYPE) is None:
         return {}
+
     def widened(op_name, rebuild):
         """op_name's legalization, computing a float16 call in float32 (rebuild(call) makes that call)."""
         default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
@@ -122,10 +123,10 @@ class MatrixCoreTemplate(Template):
     kind = "matmul"
 
     def __init__(self, func, spec, intrinsics):
-        super().__init__(func, spec)
         import tvm
         from tvm import s_tir
 
+        super().__init__(func, spec)
         self.intrinsics = intrinsics  # backends.gpu.FragmentIntrinsics
         self.operand_bytes = 2  # float16
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
