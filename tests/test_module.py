@@ -96,3 +96,36 @@ def test_shipped_model_by_name():
     assert module.inputs and module.outputs
     with pytest.raises(xcomp.ModelLoadError, match="light_resnet50"):
         xcomp.compile("onnx:no_such_model")
+
+
+def test_outputs_are_the_callers_and_inputs_of_any_layout_work():
+    """Inputs go to the kernels through aligned copies and outputs come back as copies: an output that is a
+    constant of the module (Shape here), changed by the caller, stays the same for the next call; bool, int64,
+    float16, 0-d and non-contiguous inputs all arrive intact."""
+    from onnx import TensorProto, helper
+
+    from conftest import make_model
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Not", ["flag"], ["not_flag"]),
+             helper.make_node("Add", ["h", "h"], ["h2"]), helper.make_node("Mul", ["s", "s"], ["s2"]),
+             helper.make_node("Neg", ["i"], ["neg_i"]), helper.make_node("Relu", ["x"], ["y"])]
+    vi = helper.make_tensor_value_info
+    model = make_model(nodes, [vi("x", TensorProto.FLOAT, [3, 5]), vi("flag", TensorProto.BOOL, [4]),
+                               vi("h", TensorProto.FLOAT16, [7]), vi("s", TensorProto.FLOAT, []),
+                               vi("i", TensorProto.INT64, [2, 3])],
+                       [vi("shape", TensorProto.INT64, [2]), vi("not_flag", TensorProto.BOOL, [4]),
+                        vi("h2", TensorProto.FLOAT16, [7]), vi("s2", TensorProto.FLOAT, []),
+                        vi("neg_i", TensorProto.INT64, [2, 3]), vi("y", TensorProto.FLOAT, [3, 5])])
+    module = xcomp.compile(model)
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((5, 3)).astype(np.float32).T,  # a transposed view: not contiguous
+            "flag": np.array([True, False, True, True]), "h": rng.standard_normal(7).astype(np.float16),
+            "s": np.array(1.5, np.float32), "i": rng.integers(-9, 9, (2, 3))}
+    first = module.run(feed)
+    for name, want in zip(first, ort_run(model, feed)):
+        np.testing.assert_array_equal(first[name], want)
+    first["shape"][:] = 0
+    first["y"][:] = -1
+    again = module.run(feed)
+    np.testing.assert_array_equal(again["shape"], [3, 5])
+    np.testing.assert_array_equal(again["y"], np.maximum(feed["x"], 0))

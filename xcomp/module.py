@@ -110,14 +110,12 @@ class Module:
         return arrays
 
     def _run_arrays(self, arrays) -> list:
-        import tvm
-
         vm = self._machine()
         dev = self._backend.device()
         with runtime_checks_as_input_errors():
-            result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
+            result = vm["main"](*[_to_device(a, dev) for a in arrays])
         outs = list(result) if not hasattr(result, "numpy") else [result]
-        return [o.numpy() for o in outs]
+        return [_to_numpy(o) for o in outs]
 
     def __call__(self, *args, **kwargs):
         outs = self._run_arrays(self._bind(args, kwargs))
@@ -214,6 +212,36 @@ class Module:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return path
+
+
+# TVM's CPU kernels may assume their buffers 64-byte aligned (numpy aligns to 16)
+_KERNEL_ALIGNMENT = 64
+
+
+def _to_device(array, dev):
+    """`array` as a TVM tensor on `dev`. On the CPU: a copy into 64-byte aligned memory handed over through DLPack,
+    about 5x faster per call than tvm.runtime.tensor (which a small model's latency noticed); a GPU gets a copy."""
+    import tvm
+    import tvm_ffi
+
+    # not the CPU (kDLCPU = 1); bool, which numpy does not export over DLPack; empty, whose data pointer an empty
+    # slice does not place
+    if dev.dlpack_device_type() != 1 or array.dtype == bool or not array.size:
+        return tvm.runtime.tensor(array, dev)
+    block = np.empty(array.nbytes + _KERNEL_ALIGNMENT, np.uint8)
+    start = -block.ctypes.data % _KERNEL_ALIGNMENT
+    aligned = block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(aligned, array)
+    return tvm_ffi.from_dlpack(aligned, require_alignment=_KERNEL_ALIGNMENT)
+
+
+def _to_numpy(tensor):
+    """A numpy copy of an output (a copy: an output can be one of the module's constants, which must not change);
+    through DLPack where numpy takes the dtype, several times faster than .numpy()."""
+    try:
+        return np.from_dlpack(tensor).copy()
+    except (BufferError, TypeError, RuntimeError):  # a device tensor, or a dtype numpy's DLPack lacks
+        return tensor.numpy()
 
 
 @contextlib.contextmanager
