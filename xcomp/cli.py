@@ -390,6 +390,12 @@ def cmd_bench(args):
     return _bench_report(args, args.target or ["cpu"])
 
 
+def _default_baselines(args):
+    """onnxruntime; torch eager too (its entry says what it needs when it cannot run); torch.compile only for a
+    program the user gave, since compiling takes a while."""
+    return ["onnxruntime", "torch"] + (["torch.compile"] if args.torch_model else [])
+
+
 def _bench_report(args, targets):
     """Every target measured here, imported from --results, or predicted (labelled); report files on --report.
     The per-group profile and the BLAS rows (a minute or more on a large model) only when a report is written."""
@@ -398,10 +404,11 @@ def _bench_report(args, targets):
 
     detail = bool(args.report)
     report = collect_report(_model_arg(args.model), targets=targets,
-                            baselines=args.baseline or ["onnxruntime", "torch"], input_shapes=_input_shapes(args),
+                            baselines=args.baseline or _default_baselines(args), input_shapes=_input_shapes(args),
                             input_values=_input_values(args), db=args.db, results=args.results or [],
                             warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
-                            argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail)
+                            argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail,
+                            torch_model=args.torch_model)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
@@ -555,8 +562,13 @@ def build_parser():
     p.add_argument("-t", "--target", action="append",
                    help="target (repeatable; default cpu): measured when present here, otherwise taken from "
                         "--results or predicted")
-    p.add_argument("--baseline", action="append", choices=["onnxruntime", "torch"],
-                   help="baseline to compare against (repeatable; default: onnxruntime and torch)")
+    p.add_argument("--baseline", action="append", choices=["onnxruntime", "torch", "torch.compile"],
+                   help="baseline to compare against (repeatable; default: onnxruntime and torch, and "
+                        "torch.compile with --torch-model)")
+    p.add_argument("--torch-model", metavar="MODEL.pt2",
+                   help="the same model as a torch program, saved by torch.export.save(torch.export.export(net, "
+                        "args), 'MODEL.pt2'): run by the torch (eager) and torch.compile baselines, with the ONNX "
+                        "model's inputs in order; without it torch needs onnx2torch to convert the ONNX model")
     p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
     p.add_argument("--results", action="append", metavar="REPORT.json",

@@ -19,9 +19,10 @@ def runs_here(target: str) -> bool:
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
-                   profile_groups=True, blas=True, input_values=None) -> dict:
+                   profile_groups=True, blas=True, input_values=None, torch_model=None) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
-    `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts)."""
+    `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
+    `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
     from xcomp.backends import get_backend
 
     from . import KIND, SCHEMA_VERSION
@@ -49,7 +50,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                                                      input_values=input_values, db=db,
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
-                                                     progress=progress) if here else ([], [], [])
+                                                     progress=progress, torch_model=torch_model) if here else ([], [], [])
     other_targets, other_baselines, other_blas, import_notes = imported(results, model_info["sha256"], set(here))
     by_name = {e["target"]: e for e in target_entries + other_targets}
     for name in names:
@@ -65,7 +66,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
         "command": command_line(argv),
         "settings": {"targets": names, "baselines": list(baselines), "warmup": warmup, "repeat": repeat,
                      "seed": seed, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
-                     "db": str(db) if db else None, "results": [str(p) for p in results or []]},
+                     "db": str(db) if db else None,
+                     "torch_model": str(torch_model) if torch_model else None, "results": [str(p) for p in results or []]},
         "model": model_info,
         "machine": machine(),
         "versions": versions(),

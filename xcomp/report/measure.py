@@ -8,44 +8,8 @@ import time
 
 import numpy as np
 
+from . import torch_baseline
 from .stats import latency_summary, throughput
-
-
-def torch_status() -> dict:
-    """PyTorch eager runs an ONNX model only through a converter; say exactly what is missing."""
-    try:
-        import torch
-    except ImportError:
-        return {"name": "torch", "status": "not installed", "reason": "import torch failed (pip install torch)"}
-    try:
-        import onnx2torch  # noqa: F401
-    except ImportError:
-        return {"name": "torch", "status": "unavailable", "version": torch.__version__,
-                "reason": "torch is installed, but running an ONNX model in torch eager needs onnx2torch "
-                          "(pip install onnx2torch)"}
-    return {"name": "torch", "status": "available", "version": torch.__version__}
-
-
-class TorchEagerBaseline:
-    """The ONNX model converted with onnx2torch, run in torch eager mode on the CPU."""
-
-    name = "torch"
-
-    def __init__(self, model):
-        import onnx
-        import onnx2torch
-        import torch
-
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_model_from_string(model)
-        self.torch = torch
-        self.net = onnx2torch.convert(proto).eval()
-        self.version = torch.__version__
-
-    def __call__(self, inputs: dict):
-        with self.torch.inference_mode():
-            out = self.net(*[self.torch.from_numpy(v) for v in inputs.values()])
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        return [o.numpy() for o in outs]
 
 
 def _max_abs_diff(ours: list, theirs: list) -> float:
@@ -71,8 +35,9 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
-            profile_groups=True, blas=True, progress=True, input_values=None):
-    """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes."""
+            profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None):
+    """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
+    `torch_model` a torch.export file for the torch baselines."""
     import xcomp
     from xcomp.bench import OnnxRuntimeBaseline, _serialized, interleaved_samples
 
@@ -102,21 +67,25 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
 
     baseline_entries = {}
     for name in baselines:
+        t = time.perf_counter()
         if name == "onnxruntime":
             runner = OnnxRuntimeBaseline(_serialized(model))
-            baseline_entries[name] = {"name": name, "device": "cpu", "status": "measured",
-                                      "version": runner.version, **runner.settings}
-        elif name == "torch":
-            status = torch_status()
-            if status["status"] != "available":
-                baseline_entries[name] = status
+            outputs[("baseline", name)] = list(runner(inputs))
+            entry = {"name": name, "device": "cpu", "status": "measured", "version": runner.version,
+                     **runner.settings}
+            first_run_s = time.perf_counter() - t
+        elif name in torch_baseline.NAMES:
+            try:
+                runner, outs, first_run_s = torch_baseline.start(name, model, torch_model, inputs,
+                                                                 [o.shape for o in outputs[("target", targets[0])]])
+            except torch_baseline.Unavailable as why:
+                baseline_entries[name] = why.entry
                 continue
-            runner = TorchEagerBaseline(_serialized(model))
-            baseline_entries[name] = {"name": name, "device": "cpu", "status": "measured", "mode": "eager",
-                                      "version": runner.version}
+            outputs[("baseline", name)] = outs
+            entry = runner.entry()
         else:
             continue
-        outputs[("baseline", name)] = list(runner(inputs))
+        baseline_entries[name] = {**entry, "first_run_s": first_run_s}
         runners[("baseline", name)] = lambda r=runner: r(inputs)
 
     reference = next((k for k in (("baseline", "onnxruntime"), ("baseline", "torch")) if k in outputs), None)

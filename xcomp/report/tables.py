@@ -58,7 +58,8 @@ def latency_table(report) -> Table:
     t = Table("latency", "End-to-end latency",
               ["runner", "status", "median", "p90", "spread p10-p90", "runs", "throughput", "first run",
                "vs onnxruntime", "rate (% of peak)", "max |diff|"],
-              note="Medians of interleaved runs on the same inputs. first run = compile + load + first inference. "
+              note="Medians of interleaved runs on the same inputs. first run = compile + load + first inference "
+                   "(for a baseline: loading its session or program, torch.compile's compiling, first inference). "
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
                    "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
                    "hardware's fp32 peak; baselines are set against this machine's CPU. Predicted rows are "
@@ -85,7 +86,8 @@ def latency_table(report) -> Table:
         check = b.get("check")
         t.add([fmt.baseline_label(b), "measured" + (" (imported)" if imported else ""), fmt.ms(lat["median_ms"]),
                fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
-               f"{b['throughput']['inferences_per_s']:.1f}/s", "-",
+               f"{b['throughput']['inferences_per_s']:.1f}/s",
+               f"{b['first_run_s']:.2f} s" if b.get("first_run_s") is not None else "-",
                "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
                "-" if imported else _rate(cpu_flops, cpu_peak, lat["median_ms"]),
                f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
