@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import os
 import re
@@ -63,6 +64,14 @@ class TensorSpec:
         index_range, value = d.get("index_range"), d.get("value")
         return cls(d["name"], tuple(d["shape"]), d["dtype"], tuple(index_range) if index_range else None,
                    tuple(value) if value is not None else None)
+
+    @functools.cached_property
+    def numpy_dtype(self) -> np.dtype:
+        """`dtype` as numpy's (bfloat16 and the float8s from ml_dtypes, which TVM depends on); cached, since a
+        call checks every input's dtype and the lookup by name costs microseconds."""
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, self.dtype, self.dtype))
 
     def value_array(self) -> np.ndarray:
         """The value of an input fixed at compile time."""

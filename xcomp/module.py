@@ -14,7 +14,7 @@ import numpy as np
 
 from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
-from xcomp.signature import concrete_shape, dim_sizes
+from xcomp.signature import concrete_shape, dim_sizes, is_symbolic
 
 ARTIFACT_FORMAT = 1
 _META = "metadata.json"
@@ -36,7 +36,9 @@ class Module:
         self.bound_inputs = list(bound_inputs)
         self.groups = list(groups)
         self.info = dict(info or {})
+        self._symbolic = is_symbolic(self.inputs)
         self._vm = None
+        self._main = None
 
     # -- signature --------------------------------------------------------------------------------------------
 
@@ -74,8 +76,27 @@ class Module:
             self._vm = relax.VirtualMachine(self._executable, self._backend.device())
         return self._vm
 
+    def _entry(self):
+        """(main, device, whether inputs go over DLPack), looked up once: a small model's call is short enough
+        for these lookups to show."""
+        if self._main is None:
+            dev = self._backend.device()
+            # not the CPU (kDLCPU = 1): a GPU gets a copy through tvm.runtime.tensor
+            self._main = (self._machine()["main"], dev, dev.dlpack_device_type() == 1)
+        return self._main
+
     def _bind(self, args, kwargs) -> list:
         """Positional/named arguments -> arrays in input order, each checked against the signature."""
+        if kwargs or len(args) != len(self.inputs):
+            args = self._arguments_in_order(args, kwargs)
+        arrays = [_checked_array(spec, value) for spec, value in zip(self.inputs, args)]
+        if self._symbolic or any(a.shape != spec.shape for a, spec in zip(arrays, self.inputs)):
+            dim_sizes(self.inputs, {spec.name: a.shape for spec, a in zip(self.inputs, arrays)})
+        return arrays
+
+    def _arguments_in_order(self, args, kwargs) -> list:
+        """The inputs' values in signature order from positional and named arguments (inputs fixed at compile
+        time may be named too, with the value they were fixed to)."""
         names = [s.name for s in self.inputs]
         if len(args) > len(names):
             fixed = f" ({[s.name for s in self.bound_inputs]} fixed at compile time)" if self.bound_inputs else ""
@@ -95,25 +116,14 @@ class Module:
         missing = [n for n in names if n not in given]
         if missing:
             raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
-        arrays = []
-        for spec in self.inputs:
-            array = np.asarray(given[spec.name])
-            if str(array.dtype) != spec.dtype:
-                raise InputError(
-                    f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
-                    f"(convert with .astype(np.{spec.dtype}))"
-                )
-            spec.check_indices(array)
-            # (np.ascontiguousarray would turn a 0-d scalar input into shape [1])
-            arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
-        dim_sizes(self.inputs, {spec.name: a.shape for spec, a in zip(self.inputs, arrays)})
-        return arrays
+        return [given[n] for n in names]
 
     def _run_arrays(self, arrays) -> list:
-        vm = self._machine()
-        dev = self._backend.device()
-        with runtime_checks_as_input_errors():
-            result = vm["main"](*[_to_device(a, dev) for a in arrays])
+        main, dev, over_dlpack = self._entry()
+        try:
+            result = main(*[_to_device(a, dev, over_dlpack) for a in arrays])
+        except Exception as err:
+            raise_runtime_check(err)
         outs = list(result) if not hasattr(result, "numpy") else [result]
         return [_to_numpy(o) for o in outs]
 
@@ -218,15 +228,28 @@ class Module:
 _KERNEL_ALIGNMENT = 64
 
 
-def _to_device(array, dev):
-    """`array` as a TVM tensor on `dev`. On the CPU: a copy into 64-byte aligned memory handed over through DLPack,
-    about 5x faster per call than tvm.runtime.tensor (which a small model's latency noticed); a GPU gets a copy."""
+def _checked_array(spec, value):
+    """`value` as an array of `spec`'s dtype, its indices in range; C-contiguous, which the kernels assume."""
+    array = np.asarray(value)
+    if array.dtype != spec.numpy_dtype:
+        raise InputError(
+            f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
+            f"(convert with .astype(np.{spec.dtype}))"
+        )
+    spec.check_indices(array)
+    # (np.ascontiguousarray would turn a 0-d scalar input into shape [1])
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _to_device(array, dev, over_dlpack):
+    """`array` as a TVM tensor on `dev`. On the CPU (`over_dlpack`): a copy into 64-byte aligned memory handed over
+    through DLPack, about 5x faster per call than tvm.runtime.tensor (which a small model's latency noticed); a GPU
+    gets a copy."""
     import tvm
     import tvm_ffi
 
-    # not the CPU (kDLCPU = 1); bool, which numpy does not export over DLPack; empty, whose data pointer an empty
-    # slice does not place
-    if dev.dlpack_device_type() != 1 or array.dtype == bool or not array.size:
+    # bool, which numpy does not export over DLPack; empty, whose data pointer an empty slice does not place
+    if not over_dlpack or array.dtype == bool or not array.size:
         return tvm.runtime.tensor(array, dev)
     block = np.empty(array.nbytes + _KERNEL_ALIGNMENT, np.uint8)
     start = -block.ctypes.data % _KERNEL_ALIGNMENT
@@ -244,18 +267,23 @@ def _to_numpy(tensor):
         return tensor.numpy()
 
 
+def raise_runtime_check(err: Exception):
+    """Re-raise an error from a compiled main: a run-time check it failed (an index computed in the graph out of
+    range; frontends/onnx.py with_runtime_checks) as an InputError with the check's message, anything else as is."""
+    text = str(err)
+    if RUNTIME_CHECK_TAG not in text:
+        raise err
+    message = text[text.index(RUNTIME_CHECK_TAG) + len(RUNTIME_CHECK_TAG):].splitlines()[0].strip()
+    raise InputError(message) from None
+
+
 @contextlib.contextmanager
 def runtime_checks_as_input_errors():
-    """Around calls of a compiled main: a run-time check it fails (an index computed in the graph out of range;
-    frontends/onnx.py with_runtime_checks) becomes an InputError with the check's message."""
+    """raise_runtime_check around a block of calls."""
     try:
         yield
     except Exception as err:
-        text = str(err)
-        if RUNTIME_CHECK_TAG not in text:
-            raise
-        message = text[text.index(RUNTIME_CHECK_TAG) + len(RUNTIME_CHECK_TAG):].splitlines()[0].strip()
-        raise InputError(message) from None
+        raise_runtime_check(err)
 
 
 def latency_stats(samples_ms) -> dict:
