@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..analysis import mac_operands, main_reduction, root_blocks
 from .common import (CpuTemplate, divisors, inline_injective, is_pure_copy, parallelize, schedule_spatial,
-                     tile_epilogue, vector_registers)
+                     tile_epilogue, tile_fma_rate, vector_registers)
 
 
 
@@ -159,12 +159,17 @@ class ConvTemplate(CpuTemplate):
         # On blocked data the tile may fill the register file (vgg19 on 16 lanes / 32 registers: 2 x 14 tiles of
         # its 56x56 convs ran 11% faster than 4 x 4, the model 7.6%; resnet50 3.6%); convs reading NCHW (stems,
         # grouped convs) ran 10-80% slower with such tiles and keep half of it.
+        # On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
+        # 14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
+        # rate the core can sustain first.
         full = self.blocked and self.blocked_input
         best = max(
             ((cb, rows, ob) for cb in fits for rows in space["oh_block"] for ob in space["ow_block"]
              if (self._registers_fit(cb, rows * ob) if full else cb * rows * ob <= budget)),
-            # most FMAs per tile, then fewest loads per FMA, then single rows (contiguous input reads)
-            key=lambda t: (t[0] * t[1] * t[2], -(t[0] + t[1] * t[2]), -t[1]),
+            # the highest FMA rate, then most FMAs per tile, then fewest loads per FMA, then single rows
+            # (contiguous input reads)
+            key=lambda t: (tile_fma_rate(t[0] * t[1] * t[2], t[0] + t[1] * t[2]), t[0] * t[1] * t[2],
+                           -(t[0] + t[1] * t[2]), -t[1]),
         )
         knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = best
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
