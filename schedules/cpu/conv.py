@@ -126,10 +126,11 @@ class ConvTemplate(CpuTemplate):
         return (self._tile_fits(knobs["vector"], knobs["pixel_block"])
                 and knobs["co_block"] * rows * knobs["pixel_block"] <= accumulator_budget(self.spec)[1])
 
-    def _registers_fit(self, co_block: int, pixels: int) -> bool:
-        """A channel-vector tile's live vectors fit the register file: its accumulators, the co_block weight
-        vectors every pixel reuses and one input broadcast (the tile runs pixel-major, see apply)."""
-        return co_block * pixels + co_block + 1 <= vector_registers(self.spec)
+    def _registers_fit(self, co_block: int, pixels: int, spare: int = 0) -> bool:
+        """A channel-vector tile's live vectors fit the register file with `spare` registers left: its
+        accumulators, the co_block weight vectors every pixel reuses and one input broadcast (the tile runs
+        pixel-major, see apply)."""
+        return co_block * pixels + co_block + 1 + spare <= vector_registers(self.spec)
 
     def _channel_vectors(self, knobs) -> bool:
         """Does `knobs` tile over vectors of output channels (packed weights), not over pixel vectors?"""
@@ -161,15 +162,15 @@ class ConvTemplate(CpuTemplate):
         # grouped convs) ran 10-80% slower with such tiles and keep half of it.
         # On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
         # 14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
-        # rate the core can sustain first.
+        # rate the core can sustain first (to a tenth: the model is rough), then single rows (2 x 4 pixels ran a
+        # 512-channel 28x28 conv in 60 ms, 1 x 7 in 33), then most FMAs, then fewest loads per FMA. A default
+        # leaves one register spare: tiles filling all 16 spilled (1 x 14: 47 ms there).
         full = self.blocked and self.blocked_input
         best = max(
             ((cb, rows, ob) for cb in fits for rows in space["oh_block"] for ob in space["ow_block"]
-             if (self._registers_fit(cb, rows * ob) if full else cb * rows * ob <= budget)),
-            # the highest FMA rate, then most FMAs per tile, then fewest loads per FMA, then single rows
-            # (contiguous input reads)
-            key=lambda t: (tile_fma_rate(t[0] * t[1] * t[2], t[0] + t[1] * t[2]), t[0] * t[1] * t[2],
-                           -(t[0] + t[1] * t[2]), -t[1]),
+             if (self._registers_fit(cb, rows * ob, spare=1) if full else cb * rows * ob <= budget)),
+            key=lambda t: (round(tile_fma_rate(t[0] * t[1] * t[2], t[0] + t[1] * t[2]), 1), -t[1],
+                           t[0] * t[1] * t[2], -(t[0] + t[1] * t[2])),
         )
         knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = best
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
