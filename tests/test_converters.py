@@ -520,3 +520,53 @@ def test_lp_normalization_matches_onnxruntime(p, axis):
     x[1] = 0
     x[..., 2] = 0
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def _tfidf_model(shape, dtype=TensorProto.INT64, **attrs):
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", **attrs)
+    width = max(attrs["ngram_indexes"]) + 1
+    return make_model([node], [helper.make_tensor_value_info("x", dtype, list(shape))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape[:-1]) + [width])], opset=9)
+
+
+# pool: unigrams 2 3 5 4 9, bigrams (5 6) (7 8) (6 7), trigram (5 6 7); 9 and (7 8) occur in no input below
+_POOL = dict(ngram_counts=[0, 5, 11], pool_int64s=[2, 3, 5, 4, 9, 5, 6, 7, 8, 6, 7, 5, 6, 7],
+             ngram_indexes=[0, 1, 2, 3, 4, 5, 6, 7, 8])
+_TOKENS = [[1, 1, 3, 3, 3, 7, 5, 6, 7, 8, 6, 7, 5, 2],
+           [5, 7, 6, 5, 6, 7, 4, 2, 5, 6, 4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("mode,weighted", [("TF", False), ("IDF", False), ("IDF", True), ("TFIDF", True),
+                                           ("TFIDF", False)])
+@pytest.mark.parametrize("grams,skip", [((1, 1), 0), ((2, 3), 0), ((1, 3), 2), ((2, 2), 1)])
+def test_tfidf_vectorizer(mode, weighted, grams, skip):
+    """Counts of unigrams to trigrams, with skips (a unigram counts once, not once per skip distance)."""
+    attrs = dict(_POOL, mode=mode, min_gram_length=grams[0], max_gram_length=grams[1], max_skip_count=skip)
+    if weighted:
+        attrs["weights"] = [0.5, 1.0, 2.0, 0.25, 3.0, 1.5, 0.75, 4.0, 0.1]
+    tokens = np.array(_TOKENS, np.int64)
+    model = _tfidf_model(tokens.shape, **attrs)
+    got = xcomp.compile(model).run({"x": tokens})["y"]
+    want = ort_run(model, {"x": tokens})[0]
+    np.testing.assert_array_equal(got, want)
+    assert want.any()  # some n-gram of the pool occurs, so the comparison means something
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT32, TensorProto.INT64])
+def test_tfidf_vectorizer_of_one_sequence(dtype):
+    attrs = dict(_POOL, mode="TF", min_gram_length=1, max_gram_length=3, max_skip_count=5)
+    tokens = np.array(_TOKENS[1], onnx.helper.tensor_dtype_to_np_dtype(dtype))
+    model = _tfidf_model(tokens.shape, dtype, **attrs)
+    got = xcomp.compile(model).run({"x": tokens})["y"]
+    assert got.shape == (9,)
+    np.testing.assert_array_equal(got, ort_run(model, {"x": tokens})[0])
+
+
+def test_tfidf_vectorizer_with_a_string_pool_is_refused():
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], name="words", mode="TF", min_gram_length=1,
+                            max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1],
+                            pool_strings=["cat", "dog"])
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], opset=9)
+    with pytest.raises(xcomp.UnsupportedOpError, match=r"words.*TfIdfVectorizer.*string pool"):
+        xcomp.compile(model)
