@@ -10,8 +10,7 @@ UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a N
 being converted, and a way to make the module check a condition at run time.
 
 One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression,
-Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), text (TfIdfVectorizer),
-separable_resize (Resize's fallback);
+Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback);
 common holds NodeContext and the helpers they share.
 """
 
@@ -25,7 +24,6 @@ from .normalization import convert_batch_norm, convert_layer_norm, convert_lp_no
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .spectral import convert_dft, convert_stft
-from .text import convert_tfidf_vectorizer
 from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
                         convert_sequence_insert, convert_slice, convert_split)
 from .vision import convert_col2im, convert_non_max_suppression, convert_resize, convert_upsample
@@ -60,7 +58,6 @@ CONVERTERS = {
     "Col2Im": convert_col2im,
     "DFT": convert_dft,
     "STFT": convert_stft,
-    "TfIdfVectorizer": convert_tfidf_vectorizer,
 }
 
 __all__ = ["CONVERTERS", "NodeContext"]
