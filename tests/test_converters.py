@@ -520,3 +520,81 @@ def test_lp_normalization_matches_onnxruntime(p, axis):
     x[1] = 0
     x[..., 2] = 0
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def _tfidf_model(shape, dtype=TensorProto.INT64, **attrs):
+    """A TfIdfVectorizer over unigrams 2 3 5 4 and bigrams (5 6) (7 8) (6 7), counting both lengths by default."""
+    attrs = {"mode": "TF", "min_gram_length": 1, "max_gram_length": 2, "max_skip_count": 0, "ngram_counts": [0, 4],
+             "ngram_indexes": list(range(7)), "pool_int64s": [2, 3, 5, 4, 5, 6, 7, 8, 6, 7], **attrs}
+    return make_model([helper.make_node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", **attrs)],
+                      [helper.make_tensor_value_info("x", dtype, list(shape))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(shape))])
+
+
+TFIDF_CASES = {
+    "tf_1d": ([12], {}),
+    "tf_2d_symbolic_batch": (["N", 8], {}),
+    "idf": ([3, 8], {"mode": "IDF"}),
+    "idf_weighted": ([3, 8], {"mode": "IDF", "weights": [0.5, 1, 2, 3, 4, 5, 6]}),
+    "tfidf": ([3, 8], {"mode": "TFIDF"}),
+    "tfidf_weighted": ([3, 8], {"mode": "TFIDF", "weights": [0.5, 1, 2, 3, 4, 5, 6]}),
+    # weights belong to pool n-grams, not to output columns (onnx.reference has the latter)
+    "idf_weighted_permuted": ([3, 8], {"mode": "IDF", "weights": [0.5, 1, 2, 3, 4, 5, 6],
+                                       "ngram_indexes": [6, 0, 5, 1, 4, 2, 3]}),
+    "tfidf_weighted_shared_columns": ([3, 8], {"mode": "TFIDF", "weights": [0.5, 1, 2, 3, 4, 5, 6],
+                                               "ngram_indexes": [0, 1, 2, 1, 3, 4, 2]}),
+    "skip_grams": ([2, 10], {"max_skip_count": 3}),
+    "skip_grams_only_bigrams": ([12], {"min_gram_length": 2, "max_skip_count": 20}),
+    "int32": ([2, 10], {"max_skip_count": 1}),
+    # trigram (9 9 9) never occurs; unigram 3 and bigram (7 8) share column 1; the pooled 4-gram is past
+    # max_gram_length
+    "unseen_and_shared": ([2, 10], {
+        "max_gram_length": 3, "max_skip_count": 2, "ngram_counts": [0, 2, 6, 12],
+        "pool_int64s": [2, 3, 5, 6, 7, 8, 5, 6, 7, 9, 9, 9, 5, 6, 7, 8],
+        "ngram_indexes": [0, 1, 2, 1, 3, 4, 5]}),
+    "row_shorter_than_grams": ([2, 1], {"min_gram_length": 2, "max_skip_count": 3}),
+}
+
+
+def _tfidf_input(shape, dtype):
+    """Rows of a sequence that holds the pooled n-grams, contiguous and with skips, each row shifted by 3."""
+    sequence = np.array([5, 6, 7, 8, 2, 5, 1, 6, 3, 7, 5, 6, 6, 7, 8, 3], dtype)
+    rows = [np.roll(sequence, -3 * i)[:shape[-1]] for i in range(shape[0] if len(shape) == 2 else 1)]
+    return np.stack(rows).reshape(shape)
+
+
+@pytest.mark.parametrize("case", sorted(TFIDF_CASES))
+def test_tfidf_vectorizer_matches_onnxruntime(case):
+    shape, attrs = TFIDF_CASES[case]
+    dtype = TensorProto.INT32 if case == "int32" else TensorProto.INT64
+    model = _tfidf_model(shape, dtype, **attrs)
+    x = _tfidf_input([3 if d == "N" else d for d in shape], helper.tensor_dtype_to_np_dtype(dtype))
+    assert_matches_ort(xcomp.compile(model), model, {"x": x})
+
+
+def test_tfidf_vectorizer_repeated_pool_ngram_counts_into_its_last_column():
+    """As onnx.reference does (onnxruntime refuses such a pool)."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _tfidf_model([2, 8], max_skip_count=1, ngram_counts=[0, 2], ngram_indexes=[0, 1, 2, 3, 4],
+                         pool_int64s=[2, 3, 5, 6, 7, 8, 5, 6])
+    x = np.array([[5, 6, 2, 5, 1, 6, 3, 7], [7, 8, 5, 6, 5, 6, 2, 2]], np.int64)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert want[:, 4].any() and not want[:, 2].any()
+    np.testing.assert_array_equal(xcomp.compile(model)(x), want)
+
+
+_STRING_POOL = {"pool_int64s": None, "pool_strings": ["a", "b"], "ngram_counts": [0], "ngram_indexes": [0, 1]}
+
+
+@pytest.mark.parametrize("model,message", [
+    (lambda: _tfidf_model([4], TensorProto.STRING, **_STRING_POOL), "string tensor.*tfidf"),
+    (lambda: _tfidf_model([4], **_STRING_POOL), "node tfidf.*string pool not supported"),
+    (lambda: _tfidf_model([2, "C"]), "node tfidf.*sequence length is C"),
+    # onnxruntime takes the weight of whichever n-gram it meets last
+    (lambda: _tfidf_model([8], mode="IDF", weights=[1.0, 2, 3, 4, 5, 6, 7], ngram_indexes=[0, 1, 2, 3, 4, 5, 2]),
+     "node tfidf.*different weights \\(3, 7\\) share output column 2"),
+], ids=["string_input", "string_pool", "symbolic_length", "ambiguous_idf_weights"])
+def test_tfidf_vectorizer_refuses_strings_a_symbolic_length_and_ambiguous_weights(model, message):
+    with pytest.raises(xcomp.UnsupportedOpError, match=message):
+        xcomp.compile(model())

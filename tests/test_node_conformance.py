@@ -22,7 +22,7 @@ UNSUPPORTED_OPS = {
     "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "Loop", "MaxUnpool",
     "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "Scan", "SequenceInsert", "SequenceLength", "SequenceMap",
-    "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer",
+    "StringConcat", "StringNormalizer", "StringSplit",
 }
 
 def _opset(case):

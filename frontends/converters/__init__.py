@@ -10,8 +10,8 @@ UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a N
 being converted, and a way to make the module check a condition at run time.
 
 One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression,
-Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), separable_resize (Resize's fallback);
-common holds NodeContext and the helpers they share.
+Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), text (TfIdfVectorizer), separable_resize
+(Resize's fallback); common holds NodeContext and the helpers they share.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .spectral import convert_dft, convert_stft
 from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
                         convert_sequence_insert, convert_slice, convert_split)
+from .text import convert_tfidf_vectorizer
 from .vision import convert_col2im, convert_non_max_suppression, convert_resize, convert_upsample
 
 CONVERTERS = {
@@ -58,6 +59,7 @@ CONVERTERS = {
     "Col2Im": convert_col2im,
     "DFT": convert_dft,
     "STFT": convert_stft,
+    "TfIdfVectorizer": convert_tfidf_vectorizer,
 }
 
 __all__ = ["CONVERTERS", "NodeContext"]
