@@ -7,6 +7,8 @@ Every failure becomes an XcompError naming the file, node or op at fault:
 - a missing / unreadable / truncated / non-ONNX file, or one the ONNX checker rejects -> ModelLoadError;
 - external data whose path escapes the model's folder -> ModelLoadError;
 - ops the importer cannot take -> one UnsupportedOpError listing every such node at once;
+- a Scan, Loop or SequenceMap whose count is not static (frontends/control_flow.py unrolls the others) ->
+  UnsupportedOpError naming each and saying why;
 - a converter that fails on a node -> UnsupportedOpError naming that node.
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError,
                           describe)
+from xcomp.frontends.control_flow import UNROLLED_OPS, refuse_control_flow, unroll_control_flow
 from xcomp.frontends.input_values import bind_input_values, require_input_values
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
@@ -366,10 +369,11 @@ def _all_nodes(graph):
 
 def unsupported_nodes(proto, opset):
     """[(node name, op type, opset)] for every node the importer has no converter for (opset None: the
-    model has no default domain, so only other-domain nodes)."""
+    model has no default domain, so only other-domain nodes). Scan, Loop and SequenceMap pass here: they are
+    unrolled when their count is static, refused later (refuse_control_flow) when not."""
     from xcomp.frontends.converters import CONVERTERS
 
-    supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If"}
+    supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If", *UNROLLED_OPS}
     bad = []
     for node in _all_nodes(proto.graph):
         if node.domain not in _DEFAULT_DOMAINS:
@@ -668,13 +672,15 @@ def _bind_and_infer(proto, input_shapes, label):
     bound = _infer_shapes(proto, label)
     _check_attributes(bound, label)
     _check_tensor_sizes(bound, label)
-    _rewrite_sum_to_add(bound.graph)
     _rewrite_constant_attributes(bound)
-    for _ in range(_FOLD_ROUNDS):  # a folded shape can make the shape a later Shape reads static: infer again
-        if not _fold_static_shapes(bound) + _fold_constant_nodes(bound):
+    # A folded shape can make the shape a later Shape reads static, a folded trip count a Loop unrollable, an
+    # unrolled body's nodes foldable: infer again after each round.
+    for _ in range(_FOLD_ROUNDS):
+        if not _fold_static_shapes(bound) + _fold_constant_nodes(bound) + unroll_control_flow(bound):
             break
         del bound.graph.value_info[:]
         bound = _infer_shapes(bound, label)
+    _rewrite_sum_to_add(bound.graph)
     return bound
 
 
@@ -730,6 +736,7 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)
     require_input_values(bound, inputs, opset)
+    refuse_control_flow(bound, opset)
     gathers = list(_host_checked_gathers(bound, inputs))
     ranges = index_ranges(gathers)
     inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]
