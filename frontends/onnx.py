@@ -7,6 +7,8 @@ Every failure becomes an XcompError naming the file, node or op at fault:
 - a missing / unreadable / truncated / non-ONNX file, or one the ONNX checker rejects -> ModelLoadError;
 - external data whose path escapes the model's folder -> ModelLoadError;
 - ops the importer cannot take -> one UnsupportedOpError listing every such node at once;
+- a Scan, Loop or SequenceMap whose count is not static (frontends/control_flow.py unrolls the others) ->
+  UnsupportedOpError naming each and saying why;
 - a converter that fails on a node -> UnsupportedOpError naming that node.
 """
 
@@ -25,6 +27,7 @@ import numpy as np
 
 from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError,
                           describe)
+from xcomp.frontends.control_flow import UNROLLED_OPS, evaluate, refuse_control_flow, unroll_control_flow
 from xcomp.frontends.input_values import bind_input_values, require_input_values
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
@@ -375,10 +378,11 @@ def _all_nodes(graph):
 
 def unsupported_nodes(proto, opset):
     """[(node name, op type, opset)] for every node the importer has no converter for (opset None: the
-    model has no default domain, so only other-domain nodes)."""
+    model has no default domain, so only other-domain nodes). Scan, Loop and SequenceMap pass here: they are
+    unrolled when their count is static, refused later (refuse_control_flow) when not."""
     from xcomp.frontends.converters import CONVERTERS
 
-    supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If"}
+    supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If", *UNROLLED_OPS}
     bad = []
     for node in _all_nodes(proto.graph):
         if node.domain not in _DEFAULT_DOMAINS:
@@ -516,44 +520,56 @@ _FOLD_ROUNDS = 8
 
 
 def _fold_constant_nodes(proto) -> int:
-    """Evaluate (onnx.reference) every single-output node of the main graph whose inputs are all constants and
-    small, and make it a Constant: a shape computed from constants (Shape folded above -> Slice -> Concat ->
-    Reshape) must be a constant for TVM's Reshape, which refuses a computed tensor. Returns how many."""
+    """Evaluate (onnx.reference) every node of the main graph whose inputs are all constants and small, and make
+    each of its outputs a Constant: a shape computed from constants (Shape folded above -> Slice -> Concat ->
+    Reshape, or Split of a shape -> Concat) must be a constant for TVM's Reshape, which refuses a computed tensor.
+    Returns how many nodes were folded."""
     onnx = _onnx()
-    from onnx.reference import ReferenceEvaluator
-
     values = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer
               if np.prod(t.dims, dtype=np.int64) <= _FOLD_MAX_ELEMENTS}
-    opsets = list(proto.opset_import)
-    folded = 0
+    nodes, folded = [], 0
     for node in proto.graph.node:
-        if node.domain not in _DEFAULT_DOMAINS:
-            continue
-        if node.op_type == "Constant":
-            attr = next((a for a in node.attribute if a.name == "value"), None)
-            if attr is not None and np.prod(attr.t.dims, dtype=np.int64) <= _FOLD_MAX_ELEMENTS:
-                values[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
-            continue
-        inputs = [name for name in node.input if name]
-        if node.op_type in _NOT_FOLDABLE or len(node.output) != 1 or not inputs or \
-                not all(name in values for name in inputs) or any(a.HasField("g") or a.graphs for a in node.attribute):
-            continue
-        try:
-            graph = onnx.helper.make_graph([node], "fold", [],
-                                           [onnx.helper.make_empty_tensor_value_info(node.output[0])],
-                                           [onnx.numpy_helper.from_array(values[n], n) for n in set(inputs)])
-            evaluator = ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=opsets))
-            result = np.asarray(evaluator.run(None, {})[0])
-            if result.size > _FOLD_MAX_ELEMENTS:
-                continue
-            constant = onnx.helper.make_node("Constant", [], [node.output[0]], name=node.name,
-                                             value=onnx.numpy_helper.from_array(result))
-        except Exception:  # an op (or a result type) the reference cannot evaluate: TVM converts it as it is
-            continue
-        values[node.output[0]] = result
-        node.CopyFrom(constant)
-        folded += 1
+        constants = _constant_outputs(node, values, proto.opset_import)
+        folded += constants is not None
+        for kept in constants or [node]:
+            nodes.append(kept)
+            value = _small_constant(kept)
+            if value is not None:
+                values[kept.output[0]] = value
+    if folded:
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
     return folded
+
+
+def _small_constant(node):
+    """The value of a Constant node, when small enough to fold with; else None."""
+    attr = next((a for a in node.attribute if a.name == "value"), None)
+    if node.op_type != "Constant" or node.domain not in _DEFAULT_DOMAINS or attr is None or \
+            np.prod(attr.t.dims, dtype=np.int64) > _FOLD_MAX_ELEMENTS:
+        return None
+    return _onnx().numpy_helper.to_array(attr.t)
+
+
+def _constant_outputs(node, values, opsets):
+    """A Constant node for each output of `node` computed from the constants `values`; None when it cannot or
+    should not be folded (a Constant already, an op the reference cannot evaluate, a big result)."""
+    onnx = _onnx()
+    inputs = [name for name in node.input if name]
+    if node.domain not in _DEFAULT_DOMAINS or node.op_type in _NOT_FOLDABLE or node.op_type == "Constant" or \
+            not inputs or not all(name in values for name in inputs) or \
+            any(a.HasField("g") or a.graphs for a in node.attribute):
+        return None
+    outputs = [name for name in node.output if name]
+    try:
+        results = evaluate([node], {name: values[name] for name in inputs}, outputs, opsets)
+        if any(result.size > _FOLD_MAX_ELEMENTS for result in results):
+            return None
+        return [onnx.helper.make_node("Constant", [], [name], name=node.name,
+                                      value=onnx.numpy_helper.from_array(result))
+                for name, result in zip(outputs, results)]
+    except Exception:  # an op (or a result type) the reference cannot evaluate: TVM converts it as it is
+        return None
 
 
 # -- import -------------------------------------------------------------------------------------------------
@@ -677,13 +693,15 @@ def _bind_and_infer(proto, input_shapes, label):
     bound = _infer_shapes(proto, label)
     _check_attributes(bound, label)
     _check_tensor_sizes(bound, label)
-    _rewrite_sum_to_add(bound.graph)
     _rewrite_constant_attributes(bound)
-    for _ in range(_FOLD_ROUNDS):  # a folded shape can make the shape a later Shape reads static: infer again
-        if not _fold_static_shapes(bound) + _fold_constant_nodes(bound):
+    # A folded shape can make the shape a later Shape reads static, a folded trip count a Loop unrollable, an
+    # unrolled body's nodes foldable: infer again after each round.
+    for _ in range(_FOLD_ROUNDS):
+        if not _fold_static_shapes(bound) + _fold_constant_nodes(bound) + unroll_control_flow(bound):
             break
         del bound.graph.value_info[:]
         bound = _infer_shapes(bound, label)
+    _rewrite_sum_to_add(bound.graph)
     return bound
 
 
@@ -739,6 +757,7 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     bound = _bind_and_infer(proto, input_shapes, label)
     inputs = graph_inputs(bound)
     require_input_values(bound, inputs, opset)
+    refuse_control_flow(bound, opset)
     gathers = list(_host_checked_gathers(bound, inputs))
     ranges = index_ranges(gathers)
     inputs = [dataclasses.replace(spec, index_range=ranges.get(spec.name)) for spec in inputs]

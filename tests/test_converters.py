@@ -313,6 +313,32 @@ def test_split_with_empty_parts(opset):
     assert_matches_ort(xcomp.compile(model), model, {"x": x})
 
 
+def test_shape_split_out_of_a_fixed_input_folds():
+    """A shape Split out of an input fixed at compile time, put back together by Concat and read by
+    ConstantOfShape (ONNX's expansion of AffineGrid does that): the Split, a node with several outputs, folds to
+    constants. Left a computation, the model did not compile (AffineGrid's: "Check failed: (tensor_ty)")."""
+    one = onnx.numpy_helper.from_array(np.array([1.0], np.float32))
+    nodes = [helper.make_node("Split", ["size"], ["rows", "cols"], num_outputs=2),
+             helper.make_node("Concat", ["cols", "rows"], ["shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"], value=one),
+             helper.make_node("Transpose", ["x"], ["xt"]),
+             helper.make_node("Add", ["ones", "xt"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("size", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])], opset=18)
+    feed = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "size": np.array([2, 3], np.int64)}
+    assert_matches_ort(xcomp.compile(model, input_values={"size": [2, 3]}), model, feed)
+
+
+def test_unsqueeze_with_a_scalar_axes():
+    """onnxruntime takes a scalar `axes` (ONNX's expansion of AffineGrid writes one); TVM iterated over it."""
+    axes = onnx.numpy_helper.from_array(np.array(-1, np.int64), "axes")
+    model = make_model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 1])], [axes])
+    assert_matches_ort(xcomp.compile(model), model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
+
+
 @pytest.mark.parametrize("target,axes", [([4, 6], None), ([5, 2], None), ([3], [-1])])
 def test_center_crop_pad(target, axes):
     """Crops (an odd surplus keeps the extra element at the end) and zero-pads around the centre."""

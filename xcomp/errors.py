@@ -24,12 +24,15 @@ class ModelLoadError(UserError):
 
 
 class UnsupportedOpError(UserError):
-    """The model uses ops xcomp cannot import. `nodes` lists every one: (node name, op type, opset)."""
+    """The model uses ops xcomp cannot import. `nodes` lists every one: (node name, op type, opset); `reasons`,
+    when given, says for each why."""
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, reasons=()):
         self.nodes = list(nodes)
         lines = [f"{name or '<unnamed>'} ({op}" + (f", opset {opset})" if opset else ")") for name, op, opset in
                  self.nodes]
+        if reasons:
+            lines = [f"{line}: {reason}" for line, reason in zip(lines, reasons)]
         super().__init__(
             f"{len(self.nodes)} unsupported node(s): " + "; ".join(lines)
         )

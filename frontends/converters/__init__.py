@@ -9,9 +9,9 @@ A converter raises ValueError / NotImplementedError for a node it cannot take; t
 UnsupportedOpError naming the node and op. `attrs["tvm_custom"]["xcomp"]` is a NodeContext: the ONNX node
 being converted, and a way to make the module check a condition at run time.
 
-One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops, vision (Resize, Upsample, NonMaxSuppression,
-Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT), text (TfIdfVectorizer), separable_resize
-(Resize's fallback); common holds NodeContext and the helpers they share.
+One module per family: recurrent (LSTM, GRU, RNN), gather, shape_ops (Reshape, Slice, Unsqueeze, ...), vision
+(Resize, Upsample, NonMaxSuppression, Col2Im), normalization, math_ops, losses, quantized, spectral (DFT, STFT),
+text (TfIdfVectorizer), separable_resize (Resize's fallback); common holds NodeContext and the helpers they share.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .spectral import convert_dft, convert_stft
 from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
-                        convert_sequence_insert, convert_slice, convert_split)
+                        convert_sequence_insert, convert_slice, convert_split, convert_unsqueeze)
 from .text import convert_tfidf_vectorizer
 from .vision import convert_col2im, convert_non_max_suppression, convert_resize, convert_upsample
 
@@ -37,6 +37,7 @@ CONVERTERS = {
     "Reshape": convert_reshape,
     "Slice": convert_slice,
     "Split": convert_split,
+    "Unsqueeze": convert_unsqueeze,
     "Expand": convert_expand,
     "CenterCropPad": convert_center_crop_pad,
     "ConvTranspose": convert_conv_transpose,

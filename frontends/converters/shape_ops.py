@@ -1,4 +1,4 @@
-"""Ops that move or reshape data: Reshape, Slice, Split, Expand, CenterCropPad, SequenceInsert; and
+"""Ops that move or reshape data: Reshape, Slice, Split, Unsqueeze, Expand, CenterCropPad, SequenceInsert; and
 ConvTranspose's output_shape, which sets its pads."""
 
 from __future__ import annotations
@@ -91,6 +91,19 @@ def convert_split(bb, inputs, attrs, opset, stock):
     bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
     return relax.Tuple([bb.normalize(relax.op.strided_slice(inputs[0], [axis], [int(b)], [int(e)]))
                         for b, e in zip(bounds[:-1], bounds[1:])])
+
+
+# -- Unsqueeze --------------------------------------------------------------------------------------------------
+
+
+def convert_unsqueeze(bb, inputs, attrs, opset, stock):
+    """Unsqueeze (opset 13+) with a scalar constant `axes`: ONNX's own function bodies write one (AffineGrid's
+    unsqueezes with a scalar -1) and onnxruntime takes it, but TVM's converter iterates over it. It gets it as a
+    list of one."""
+    axes = const_value(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+    if axes is None or axes.ndim:
+        return stock()
+    return stock([inputs[0], relax_api().const(axes.reshape(1))])
 
 
 # -- CenterCropPad ----------------------------------------------------------------------------------------------
