@@ -62,7 +62,6 @@ _STRINGS = "string tensors: StringNormalizer has no TVM converter"
 KNOWN_FAILURES = {
     ("simple", "test_gradient_of_add"): "ai.onnx.preview.training.Gradient is a training op",
     ("simple", "test_gradient_of_add_and_mul"): "ai.onnx.preview.training.Gradient is a training op",
-    ("simple", "test_sequence_model6"): "SequenceLength of a SplitToSequence: TVM's converter fails",
     ("simple", "test_sequence_model8"): "SplitToSequence over symbolic dim 'n': TVM's converter needs a constant split",
 }
 KNOWN_FAILURES.update({("simple", c): _STRINGS for c in [
