@@ -50,7 +50,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                                                      input_values=input_values, db=db,
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
-                                                     progress=progress, torch_model=torch_model) if here else ([], [], [])
+                                                     progress=progress,
+                                                     torch_model=torch_model) if here else ([], [], [])
     other_targets, other_baselines, other_blas, import_notes = imported(results, model_info["sha256"], set(here))
     by_name = {e["target"]: e for e in target_entries + other_targets}
     for name in names:
@@ -67,7 +68,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
         "settings": {"targets": names, "baselines": list(baselines), "warmup": warmup, "repeat": repeat,
                      "seed": seed, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                      "db": str(db) if db else None,
-                     "torch_model": str(torch_model) if torch_model else None, "results": [str(p) for p in results or []]},
+                     "torch_model": str(torch_model) if torch_model else None,
+                     "results": [str(p) for p in results or []]},
         "model": model_info,
         "machine": machine(),
         "versions": versions(),

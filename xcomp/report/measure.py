@@ -65,23 +65,24 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
         outputs[("target", target)] = [out[s.name] for s in module.outputs]
         runners[("target", target)] = lambda m=module: m.run(inputs)
 
+    torch_names = [name for name in baselines if name in torch_baseline.NAMES]
+    torch_started = torch_baseline.start(torch_names, model, torch_model, inputs,
+                                         [o.shape for o in outputs[("target", targets[0])]]) if torch_names else {}
     baseline_entries = {}
     for name in baselines:
-        t = time.perf_counter()
         if name == "onnxruntime":
+            t = time.perf_counter()
             runner = OnnxRuntimeBaseline(_serialized(model))
             outputs[("baseline", name)] = list(runner(inputs))
             entry = {"name": name, "device": "cpu", "status": "measured", "version": runner.version,
                      **runner.settings}
             first_run_s = time.perf_counter() - t
-        elif name in torch_baseline.NAMES:
-            try:
-                runner, outs, first_run_s = torch_baseline.start(name, model, torch_model, inputs,
-                                                                 [o.shape for o in outputs[("target", targets[0])]])
-            except torch_baseline.Unavailable as why:
-                baseline_entries[name] = why.entry
+        elif name in torch_started:
+            started = torch_started[name]
+            if isinstance(started, torch_baseline.Unavailable):
+                baseline_entries[name] = started.entry(name)
                 continue
-            outputs[("baseline", name)] = outs
+            runner, outputs[("baseline", name)], first_run_s = started
             entry = runner.entry()
         else:
             continue

@@ -18,11 +18,14 @@ NAMES = ("torch", "torch.compile")
 
 
 class Unavailable(Exception):
-    """This baseline cannot run here; `entry` says why (it goes into the report as is)."""
+    """A torch baseline cannot run here; `entry(name)` says why (it goes into the report as is)."""
 
-    def __init__(self, name: str, status: str, reason: str, **extra):
+    def __init__(self, status: str, reason: str, **extra):
         super().__init__(reason)
-        self.entry = {"name": name, "status": status, "reason": reason, **extra}
+        self.status, self.reason, self.extra = status, reason, extra
+
+    def entry(self, name: str) -> dict:
+        return {"name": name, "status": self.status, "reason": self.reason, **self.extra}
 
 
 def _sha256(path: str) -> str:
@@ -33,12 +36,12 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def load_program(name: str, onnx_model, torch_model: str | None):
-    """(torch.nn.Module in eval mode, a description of where it came from) for baseline `name`."""
+def load_program(onnx_model, torch_model: str | None):
+    """(torch.nn.Module in eval mode, a description of where it came from)."""
     try:
         import torch
     except ImportError:
-        raise Unavailable(name, "not installed", "import torch failed (pip install torch)") from None
+        raise Unavailable("not installed", "import torch failed (pip install torch)") from None
     if torch_model:
         if not os.path.isfile(torch_model):
             raise UserError(f"--torch-model {torch_model}: no such file")
@@ -51,7 +54,7 @@ def load_program(name: str, onnx_model, torch_model: str | None):
     try:
         import onnx2torch
     except ImportError:
-        raise Unavailable(name, "unavailable", "no torch program: give --torch-model FILE.pt2 (written by "
+        raise Unavailable("unavailable", "no torch program: give --torch-model FILE.pt2 (written by "
                           "torch.export.save), or pip install onnx2torch to convert the ONNX model",
                           version=torch.__version__) from None
     import onnx
@@ -61,7 +64,7 @@ def load_program(name: str, onnx_model, torch_model: str | None):
     try:
         program = onnx2torch.convert(proto).eval()
     except Exception as err:  # an op onnx2torch lacks, most often
-        raise Unavailable(name, "failed", f"onnx2torch cannot convert the model: {_first_line(err)}",
+        raise Unavailable("failed", f"onnx2torch cannot convert the model: {_first_line(err)}",
                           version=torch.__version__) from None
     return program, {"kind": "onnx2torch", "version": getattr(onnx2torch, "__version__", "unknown")}
 
@@ -94,33 +97,44 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def start(name: str, onnx_model, torch_model: str | None, inputs: dict, expected_shapes: list):
-    """(TorchBaseline, its outputs on `inputs`, seconds to load + first call) or raise Unavailable / UserError.
-    `expected_shapes`: the ONNX model's output shapes, which the program's outputs must match. The program runs
-    eager first, so that a program that does not fit is told apart from a torch.compile that fails here."""
+def start(names, onnx_model, torch_model: str | None, inputs: dict, expected_shapes: list) -> dict:
+    """{name: (TorchBaseline, its outputs on `inputs`, seconds to the first result) or Unavailable} for each torch
+    baseline in `names`; UserError for a --torch-model that does not fit. The program is loaded once and run eager
+    first, for both: its outputs must have `expected_shapes` (the ONNX model's), and a program that does not fit
+    is told apart from a torch.compile that fails here."""
     t0 = time.perf_counter()
-    program, source = load_program(name, onnx_model, torch_model)
-    eager = TorchBaseline("torch", program, source)
+    try:
+        program, source = load_program(onnx_model, torch_model)
+        eager = TorchBaseline("torch", program, source)
+        outputs = _first_outputs(eager, torch_model, inputs, expected_shapes)
+    except Unavailable as why:
+        return {name: why for name in names}
+    started = {"torch": (eager, outputs, time.perf_counter() - t0)} if "torch" in names else {}
+    if "torch.compile" in names:
+        t0 = time.perf_counter()
+        compiled = TorchBaseline("torch.compile", program, source)
+        try:
+            started["torch.compile"] = (compiled, compiled(inputs), time.perf_counter() - t0)
+        except Exception as err:
+            started["torch.compile"] = Unavailable("failed", f"torch.compile failed: {_first_line(err)}",
+                                                   version=compiled.version)
+    return started
+
+
+def _first_outputs(eager, torch_model, inputs, expected_shapes) -> list:
+    """The eager program's outputs on `inputs`, checked against the ONNX model's shapes: a --torch-model that
+    does not fit is the user's error, an onnx2torch conversion that does not is the converter's."""
+    def misfit(message):
+        if torch_model:
+            return UserError(f"--torch-model {torch_model}: {message}")
+        return Unavailable("failed", f"the onnx2torch conversion: {message}", version=eager.version)
+
     try:
         outputs = eager(inputs)
     except Exception as err:
         shapes = {k: list(v.shape) for k, v in inputs.items()}
-        if not torch_model:  # the converter's program: not the user's doing
-            raise Unavailable(name, "failed", f"the onnx2torch conversion fails on inputs {shapes}: "
-                              f"{_first_line(err)}", version=eager.version) from None
-        raise UserError(f"--torch-model {torch_model}: calling it on the ONNX model's inputs {shapes} failed: "
-                        f"{_first_line(err)}") from None
-    got = [list(o.shape) for o in outputs]
-    if got != [list(s) for s in expected_shapes]:
-        raise UserError(f"--torch-model {torch_model or '(onnx2torch)'}: returns outputs of shapes {got}, the "
-                        f"ONNX model {[list(s) for s in expected_shapes]}: not the same model")
-    if name == "torch":
-        return eager, outputs, time.perf_counter() - t0
-    t0 = time.perf_counter()
-    compiled = TorchBaseline(name, program, source)
-    try:
-        outputs = compiled(inputs)
-    except Exception as err:
-        raise Unavailable(name, "failed", f"torch.compile failed: {_first_line(err)}",
-                          version=compiled.version) from None
-    return compiled, outputs, time.perf_counter() - t0
+        raise misfit(f"calling it on the ONNX model's inputs {shapes} failed: {_first_line(err)}") from None
+    got, want = [list(o.shape) for o in outputs], [list(s) for s in expected_shapes]
+    if got != want:
+        raise misfit(f"returns outputs of shapes {got}, the ONNX model {want}: not the same model")
+    return outputs
