@@ -24,7 +24,7 @@ from xcomp.errors import UnsupportedOpError, describe
 UNROLLED_OPS = ("Scan", "Loop", "SequenceMap")  # ops TVM cannot import: unrolled, or refused
 # Nodes a model may grow to by unrolling (nested loops multiply): past that it is a model to run, not to unroll.
 MAX_MODEL_NODES = 1 << 16
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+DEFAULT_DOMAINS = ("", "ai.onnx")  # the default ONNX domain, under both its names
 
 
 class NotUnrollable(Exception):
@@ -53,18 +53,18 @@ def _subgraphs(node) -> list:
     return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
 
 
-def _graphs(graph):
+def all_graphs(graph):
     """`graph` and every graph nested in it."""
     yield graph
     for node in graph.node:
         for sub in _subgraphs(node):
-            yield from _graphs(sub)
+            yield from all_graphs(sub)
 
 
 def _defined_names(graph) -> list:
     """Every value name `graph` defines, its nested graphs included."""
     names = []
-    for g in _graphs(graph):
+    for g in all_graphs(graph):
         names += [v.name for v in g.input] + [t.name for t in g.initializer]
         names += [out for node in g.node for out in node.output if out]
     return names
@@ -143,10 +143,10 @@ class _Pass:
 
     def __init__(self, model):
         self.opsets = list(model.opset_import)
-        self.opset = next((o.version for o in self.opsets if o.domain in _DEFAULT_DOMAINS), 1)
+        self.opset = next((o.version for o in self.opsets if o.domain in DEFAULT_DOMAINS), 1)
         self.used = set()
         size = 0
-        for g in _graphs(model.graph):
+        for g in all_graphs(model.graph):
             self.used.update(v.name for v in [*g.input, *g.output, *g.value_info, *g.initializer])
             self.used.update(name for node in g.node for name in [*node.input, *node.output])
             size += len(g.node)
@@ -510,7 +510,7 @@ _UNROLLERS = {"Scan": _unroll_scan, "Loop": _unroll_loop, "SequenceMap": _unroll
 
 def _unrolled(node, scope, unroll_pass):
     """The _Builder holding what replaces `node`; None when it is no control flow. Raises NotUnrollable."""
-    unroll = _UNROLLERS.get(node.op_type) if node.domain in _DEFAULT_DOMAINS else None
+    unroll = _UNROLLERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
     if unroll is None:
         return None
     b = _Builder(unroll_pass, node.name or next((out for out in node.output if out), node.op_type))
@@ -551,7 +551,7 @@ def unroll_control_flow(model) -> int:
 def _left(graph, scope, unroll_pass):
     """(node, why it cannot be unrolled) for each Scan, Loop or SequenceMap of `graph` and its If branches."""
     for node in graph.node:
-        if node.domain in _DEFAULT_DOMAINS and node.op_type in UNROLLED_OPS:
+        if node.domain in DEFAULT_DOMAINS and node.op_type in UNROLLED_OPS:
             try:
                 _unrolled(node, scope, unroll_pass)
                 yield node, "it is nested deeper than xcomp unrolls"

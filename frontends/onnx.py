@@ -27,7 +27,8 @@ import numpy as np
 
 from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, UnsupportedOpError, UserError, XcompError,
                           describe)
-from xcomp.frontends.control_flow import UNROLLED_OPS, evaluate, refuse_control_flow, unroll_control_flow
+from xcomp.frontends.control_flow import (DEFAULT_DOMAINS, UNROLLED_OPS, all_graphs, evaluate, refuse_control_flow,
+                                          unroll_control_flow)
 from xcomp.frontends.input_values import bind_input_values, require_input_values
 
 # Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
@@ -38,7 +39,6 @@ MAX_TENSOR_BYTES = 1 << 38
 # Ops whose `pads` must be non-negative (ONNX spec); Pad itself may crop with negative pads.
 _NON_NEGATIVE_PADS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "AveragePool", "MaxPool", "LpPool",
                       "MaxUnpool", "DeformConv"}
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +208,7 @@ def _load_external_data(proto, folder, label):
 def _model_opset(proto, label) -> int | None:
     """The default-domain opset; None when the model uses only other domains (then every node is unsupported)."""
     for entry in proto.opset_import:
-        if entry.domain in _DEFAULT_DOMAINS:
+        if entry.domain in DEFAULT_DOMAINS:
             return entry.version
     if not proto.opset_import:  # very old models: opset 1
         return 1
@@ -365,15 +365,7 @@ def _convert_map():
 
 
 def _all_nodes(graph):
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.node:
-            yield node
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
+    return (node for g in all_graphs(graph) for node in g.node)
 
 
 def unsupported_nodes(proto, opset):
@@ -385,7 +377,7 @@ def unsupported_nodes(proto, opset):
     supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If", *UNROLLED_OPS}
     bad = []
     for node in _all_nodes(proto.graph):
-        if node.domain not in _DEFAULT_DOMAINS:
+        if node.domain not in DEFAULT_DOMAINS:
             bad.append((node.name, f"{node.domain}.{node.op_type}", opset))
         elif node.op_type not in supported:
             bad.append((node.name, node.op_type, opset))
@@ -415,7 +407,7 @@ def _refuse_non_tensor_values(proto, opset):
 
 def op_histogram(proto) -> Counter:
     return Counter(
-        n.op_type if n.domain in _DEFAULT_DOMAINS else f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph)
+        n.op_type if n.domain in DEFAULT_DOMAINS else f"{n.domain}.{n.op_type}" for n in _all_nodes(proto.graph)
     )
 
 
@@ -454,7 +446,7 @@ def _rewrite_sum_to_add(graph):
     onnx = _onnx()
     new_nodes = []
     for node in graph.node:
-        if node.op_type == "Sum" and node.domain in _DEFAULT_DOMAINS and len(node.input) >= 2:
+        if node.op_type == "Sum" and node.domain in DEFAULT_DOMAINS and len(node.input) >= 2:
             acc = node.input[0]
             for i, operand in enumerate(node.input[1:], start=1):
                 last = i == len(node.input) - 1
@@ -478,7 +470,7 @@ def _rewrite_constant_attributes(proto):
     (it said "no value in Constant"; opset 12+ exporters, and ONNX's own function expansions, write the others)."""
     onnx = _onnx()
     for node in _all_nodes(proto.graph):
-        if node.op_type != "Constant" or node.domain not in _DEFAULT_DOMAINS:
+        if node.op_type != "Constant" or node.domain not in DEFAULT_DOMAINS:
             continue
         for attr in list(node.attribute):
             if attr.name in _CONSTANT_ATTRS:
@@ -497,7 +489,7 @@ def _fold_static_shapes(proto) -> int:
     shapes = _static_shapes(proto)
     folded = 0
     for node in proto.graph.node:
-        if node.op_type not in ("Shape", "Size") or node.domain not in _DEFAULT_DOMAINS or \
+        if node.op_type not in ("Shape", "Size") or node.domain not in DEFAULT_DOMAINS or \
                 node.input[0] not in shapes:
             continue
         shape = shapes[node.input[0]]
@@ -545,7 +537,7 @@ def _fold_constant_nodes(proto) -> int:
 def _small_constant(node):
     """The value of a Constant node, when small enough to fold with; else None."""
     attr = next((a for a in node.attribute if a.name == "value"), None)
-    if node.op_type != "Constant" or node.domain not in _DEFAULT_DOMAINS or attr is None or \
+    if node.op_type != "Constant" or node.domain not in DEFAULT_DOMAINS or attr is None or \
             np.prod(attr.t.dims, dtype=np.int64) > _FOLD_MAX_ELEMENTS:
         return None
     return _onnx().numpy_helper.to_array(attr.t)
@@ -556,7 +548,7 @@ def _constant_outputs(node, values, opsets):
     should not be folded (a Constant already, an op the reference cannot evaluate, a big result)."""
     onnx = _onnx()
     inputs = [name for name in node.input if name]
-    if node.domain not in _DEFAULT_DOMAINS or node.op_type in _NOT_FOLDABLE or node.op_type == "Constant" or \
+    if node.domain not in DEFAULT_DOMAINS or node.op_type in _NOT_FOLDABLE or node.op_type == "Constant" or \
             not inputs or not all(name in values for name in inputs) or \
             any(a.HasField("g") or a.graphs for a in node.attribute):
         return None
