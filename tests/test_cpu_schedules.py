@@ -321,6 +321,51 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend):
     assert default["co_block"] > 1, default
 
 
+def test_conv_rows_are_padded_to_columns_the_tiles_divide(backend):
+    """On 16 registers a 13-column row leaves only 1 x 13 (spills) or narrow tiles: the conv is computed over 14
+    columns with a 4 x 2 tile and cropped; rows whose own tiles are as good (56 columns, or 7 where the weights
+    allow one channel vector only) stay as they are."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.conv import channel_tile, padded_width
+
+    spec = dataclasses.replace(backend.spec, simd_width=8, vector_registers=16, cache_bytes=(32768, 524288, None))
+    assert padded_width(spec, 8, co_blocks=16, rows=13, width=13, reduce_volume=128 * 9, blocked_input=True) == 14
+    assert channel_tile(spec, 8, 16, 13, 14, 128 * 9, True)[1] == (4, 1, 2)
+    assert padded_width(spec, 8, co_blocks=16, rows=27, width=27, reduce_volume=128 * 9, blocked_input=True) == 28
+    assert padded_width(spec, 8, co_blocks=16, rows=56, width=56, reduce_volume=128 * 9, blocked_input=True) == 56
+    # 512 channels x 3 x 3 of weights: one channel vector fits half the L2, and 1 x 8 would not fit the registers
+    assert padded_width(spec, 8, co_blocks=64, rows=7, width=7, reduce_volume=512 * 9, blocked_input=True) == 7
+
+
+@pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),
+                                   dict(size=7, kernel=1)], ids=["3x3", "strided", "pointwise"])
+def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch):
+    """Whatever width the policy picks, extra columns (each repeating the last real one) are cropped: forced to
+    three more, a conv with its epilogue and a bare conv whose output is the cropped block still match."""
+    from xcomp.schedules.cpu import conv
+
+    monkeypatch.setattr(conv, "padded_width", lambda spec, lanes, co_blocks, rows, width, *rest: width + 3)
+    channels = 2 * backend.spec.simd_width
+    module = _compile_and_check(conv_model(channels, channels, **shape), _inputs(x=(1, channels, shape["size"],
+                                                                                     shape["size"])))
+    (group,) = _groups(module, "conv")
+    template = conv.ConvTemplate(group.func, backend.spec)
+    out = (shape["size"] + 2 * shape.get("pad", 0) - shape["kernel"]) // shape.get("stride", 1) + 1
+    assert template.out_w == out + 3
+    check_configs(group.func, template, backend, samples=4, enumerated=2)
+
+    # a bare conv feeding another: the first group's output is the crop itself
+    size = shape["size"]
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c"], kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["c", "W2", "B"], ["y"], kernel_shape=[1, 1])]
+    inits = [_const("W1", (channels, channels, 1, 1), 1), _const("W2", (channels, channels, 1, 1), 2),
+             _const("B", (channels,), 3)]
+    model = make_model(nodes, [_value("x", (1, channels, size, size))], [_value("y", (1, channels, size, size))],
+                       inits)
+    _compile_and_check(model, _inputs(x=(1, channels, size, size)))
+
+
 # -- the generic template ------------------------------------------------------------------------------------
 
 

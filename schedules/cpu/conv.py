@@ -24,9 +24,72 @@ def accumulator_budget(spec) -> tuple:
     """(default, most) accumulator vectors in a pixel-vector tile, and the default of a channel-vector tile on
     NCHW data. Default: half the vector registers (measured with 32 registers, channel-major: 14-vector tiles ran
     1.5-2x faster than 28-vector ones, which spilled); the tuner may try up to all registers but two (a weight
-    vector and a broadcast input). Channel-vector tiles are bounded by ConvTemplate._registers_fit instead."""
+    vector and a broadcast input). Channel-vector tiles are bounded by registers_fit instead."""
     registers = vector_registers(spec)
     return registers // 2, registers - 2
+
+
+def registers_fit(spec, co_block: int, pixels: int, spare: int = 0) -> bool:
+    """A channel-vector tile's live vectors fit the register file with `spare` registers left: its
+    accumulators, the co_block weight vectors every pixel reuses and one input broadcast (the tile runs
+    pixel-major, see apply). With one channel vector nothing separates the pixels' broadcasts, and LLVM hoists
+    them all ahead of the FMAs: every pixel then holds two registers (16 registers, a 3x3 conv on 40 columns:
+    1 x 10 pixels ran at 63 GFLOP/s, 1 x 8 at 112, 2 x 5 at 153)."""
+    live = 2 * pixels + 1 if co_block == 1 else co_block * pixels + co_block + 1
+    return live + spare <= vector_registers(spec)
+
+
+def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce_volume: int,
+                 blocked_input: bool):
+    """The default register tile (co_block, oh_block, ow_block) of a conv on weights packed in vectors of `lanes`
+    channels, writing `co_blocks` of them over `rows` x `width` pixels, with the FMA rate (tile_fma_rate) it
+    sustains: (rate, (co_block, oh_block, ow_block)).
+
+    The weights of one channel tile are re-read for every column tile: keep them in half the L2. Each channel
+    tile re-reads the whole input, so wider tiles save input traffic, which in a model (inputs not already in
+    cache) costs more than L1 misses on weights: an L1 bound (at most 1 vector for most resnet50 convs) ran
+    resnet50 in 38.2 ms, this one in 33.3 ms.
+    On blocked data the tile may fill the register file (vgg19 on 16 lanes / 32 registers: 2 x 14 tiles of its
+    56x56 convs ran 11% faster than 4 x 4, the model 7.6%; resnet50 3.6%); convs reading NCHW (stems, grouped
+    convs) ran 10-80% slower with such tiles and keep half of it.
+    On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
+    14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
+    rate the core can sustain first (to a tenth: the model is rough), then single rows (2 x 4 pixels ran a
+    512-channel 28x28 conv in 60 ms, 1 x 7 in 33), then most FMAs, then fewest loads per FMA. A default leaves
+    one register spare: tiles filling all 16 spilled (1 x 14: 47 ms there)."""
+    l2 = spec.cache_bytes[1] or 256 * 1024
+    tile_bytes = reduce_volume * lanes * 4
+    co_choices = [cb for cb in divisors(co_blocks, 8) if cb == 1 or cb * tile_bytes <= l2 // 2]
+    budget = accumulator_budget(spec)[0]
+    tiles = [(cb, oh, ow) for cb in co_choices for oh in divisors(rows, 4) for ow in divisors(width, 16)
+             if registers_fit(spec, cb, oh * ow, spare=1) and (blocked_input or cb * oh * ow <= budget)]
+
+    def rate(tile):
+        cb, oh, ow = tile
+        return tile_fma_rate(cb * oh * ow, cb + oh * ow)
+
+    best = max(tiles or [(1, 1, 1)],
+               key=lambda t: (round(rate(t), 1), -t[1], t[0] * t[1] * t[2], -(t[0] + t[1] * t[2])))
+    return rate(best), best
+
+
+# Columns a conv's output rows may be padded by, and the FMA-rate gain that pays for the wasted columns.
+MAX_PADDED_COLUMNS, MIN_PADDING_GAIN = 3, 1.05
+
+
+def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce_volume: int,
+                 blocked_input: bool) -> int:
+    """Output columns to compute a packed conv over (legalize.blocked_conv2d crops the extra ones): tiles must
+    divide the row, and rows of 13 or 27 columns leave only narrow or load-bound ones. The width whose best
+    tile does the most useful FMAs per cycle (its rate x the share of columns that are real), when that beats
+    the row's own width by MIN_PADDING_GAIN. A 128-channel 13x13 3x3 conv: 1 x 13 pixels 0.79 ms, padded to 14
+    with 4 x 2 0.43 ms; squeezenet's groups went from 10.8 to 6.7 ms."""
+    def useful_rate(w):
+        return channel_tile(spec, lanes, co_blocks, rows, w, reduce_volume, blocked_input)[0] * width / w
+
+    own = useful_rate(width)
+    best = max(range(width, width + MAX_PADDED_COLUMNS + 1), key=lambda w: (useful_rate(w), -w))
+    return best if useful_rate(best) >= own * MIN_PADDING_GAIN else width
 
 
 class ConvTemplate(CpuTemplate):
@@ -127,10 +190,7 @@ class ConvTemplate(CpuTemplate):
                 and knobs["co_block"] * rows * knobs["pixel_block"] <= accumulator_budget(self.spec)[1])
 
     def _registers_fit(self, co_block: int, pixels: int, spare: int = 0) -> bool:
-        """A channel-vector tile's live vectors fit the register file with `spare` registers left: its
-        accumulators, the co_block weight vectors every pixel reuses and one input broadcast (the tile runs
-        pixel-major, see apply)."""
-        return co_block * pixels + co_block + 1 + spare <= vector_registers(self.spec)
+        return registers_fit(self.spec, co_block, pixels, spare)
 
     def _channel_vectors(self, knobs) -> bool:
         """Does `knobs` tile over vectors of output channels (packed weights), not over pixel vectors?"""
@@ -148,35 +208,13 @@ class ConvTemplate(CpuTemplate):
             knobs["pad"] = "stage"
         if not self.lanes:
             return self._default_unpacked(knobs)
-        # The weights of one channel tile are re-read for every column tile: keep them in half the L2. Each channel
-        # tile re-reads the whole input, so wider tiles save input traffic, which in a model (inputs not already
-        # in cache) costs more than L1 misses on weights: an L1 bound (at most 1 vector for most resnet50 convs)
-        # ran resnet50 in 38.2 ms, this one in 33.3 ms.
-        l2 = self.spec.cache_bytes[1] or 256 * 1024
-        tile_bytes = self.reduce_volume * self.lanes * 4
-        space = self.knob_space()
-        fits = [cb for cb in space["co_block"] if cb == 1 or cb * tile_bytes <= l2 // 2]
-        budget = accumulator_budget(self.spec)[0]
-        # On blocked data the tile may fill the register file (vgg19 on 16 lanes / 32 registers: 2 x 14 tiles of
-        # its 56x56 convs ran 11% faster than 4 x 4, the model 7.6%; resnet50 3.6%); convs reading NCHW (stems,
-        # grouped convs) ran 10-80% slower with such tiles and keep half of it.
-        # On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
-        # 14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
-        # rate the core can sustain first (to a tenth: the model is rough), then single rows (2 x 4 pixels ran a
-        # 512-channel 28x28 conv in 60 ms, 1 x 7 in 33), then most FMAs, then fewest loads per FMA. A default
-        # leaves one register spare: tiles filling all 16 spilled (1 x 14: 47 ms there).
-        full = self.blocked and self.blocked_input
-        best = max(
-            ((cb, rows, ob) for cb in fits for rows in space["oh_block"] for ob in space["ow_block"]
-             if (self._registers_fit(cb, rows * ob, spare=1) if full else cb * rows * ob <= budget)),
-            key=lambda t: (round(tile_fma_rate(t[0] * t[1] * t[2], t[0] + t[1] * t[2]), 1), -t[1],
-                           t[0] * t[1] * t[2], -(t[0] + t[1] * t[2])),
-        )
-        knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = best
+        knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = channel_tile(
+            self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
+            self.blocked and self.blocked_input)[1]
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
         knobs["order"] = "co_outer"
         if self.depthwise:
-            knobs.update(vectorize="channels", vector=space["vector"][0], pixel_block=1)
+            knobs.update(vectorize="channels", vector=self._vector_choices()[0], pixel_block=1)
             if self.unit_stride and self.out_w >= self.spec.simd_width:
                 knobs.update(self._default_columns())
         return knobs

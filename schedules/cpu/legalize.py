@@ -8,6 +8,7 @@ own legalization.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -99,12 +100,18 @@ def packed_conv2d(data, packed, strides, padding, dilation, groups):
     return te.compute((n, out_channels, oh, ow), body, name="conv2d_nchw")
 
 
-def blocked_conv2d(data, weight, strides, padding, dilation):
+def blocked_conv2d(data, weight, strides, padding, dilation, spec=None):
     """Conv2d writing blocked channels (NCHW{V}c), from blocked data with an OIHW{V}i{V}o weight
     ([O/V, I/V, KH, KW, V, V]) or from NCHW data with an OIHW{V}o weight ([O/V, I, KH, KW, V]). The iteration
     is (n, co/V, oh, ow, V | ci, kh, kw) with one input-channel axis, which the conv template splits by V on
-    blocked data so each tap reads V contiguous input channels."""
-    from tvm import te, topi
+    blocked data so each tap reads V contiguous input channels.
+
+    With a `spec`, rows the conv template cannot tile well are computed over a few more columns
+    (conv.padded_width), each extra one repeating the last real column, and cropped, as _matmul_compute pads
+    rows."""
+    from tvm import te, tirx, topi
+
+    from .conv import padded_width
 
     blocked_in = len(data.shape) == 5
     h, w = int(data.shape[2]), int(data.shape[3])
@@ -117,11 +124,14 @@ def blocked_conv2d(data, weight, strides, padding, dilation):
         tail = [0] if blocked_in else []
         data = topi.nn.pad(data, [0, 0, top, left, *tail], [0, 0, bottom, right, *tail], name="pad_temp")
     oh, ow = _out_size(h + top + bottom, kh, sh, dh), _out_size(w + left + right, kw, sw, dw)
+    width = padded_width(spec, lanes, oblocks, oh, ow, in_channels * kh * kw, blocked_in) if spec else ow
     rc = te.reduce_axis((0, in_channels), "rc")
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
 
     def body(b, ob, y, x, v):
+        if width != ow:
+            x = tirx.min(x, ow - 1)
         y, x = y * sh + ry * dh, x * sw + rx * dw
         if blocked_in:
             tap, wt = data[b, rc // lanes, y, x, rc % lanes], weight[ob, rc // lanes, ry, rx, rc % lanes, v]
@@ -129,7 +139,10 @@ def blocked_conv2d(data, weight, strides, padding, dilation):
             tap, wt = data[b, rc, y, x], weight[ob, rc, ry, rx, v]
         return te.sum(tap * wt, axis=[rc, ry, rx])
 
-    return te.compute((data.shape[0], oblocks, oh, ow, lanes), body, name="conv2d_nchwc")
+    conv = te.compute((data.shape[0], oblocks, oh, width, lanes), body, name="conv2d_nchwc")
+    if width == ow:
+        return conv
+    return te.compute((data.shape[0], oblocks, oh, ow, lanes), lambda *idx: conv[idx], name="conv2d_columns")
 
 
 def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
@@ -202,7 +215,8 @@ def _matmul_compute(a, n: int, k: int, weight_at):
     return te.compute((*batch, rows, n), lambda *idx: padded[idx], name="matmul_rows")
 
 
-def _conv2d(lanes):
+def _conv2d(spec):
+    lanes = spec.simd_width
     blocked = {(f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"),
                ("NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c")}
 
@@ -213,7 +227,8 @@ def _conv2d(lanes):
         geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
                     "dilation": [int(d) for d in attrs.dilation]}
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) in blocked:  # see xcomp/layout.py
-            return bb.call_te(blocked_conv2d, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
+            conv = functools.partial(blocked_conv2d, spec=spec)  # emit_te passes TVM values only
+            return bb.call_te(conv, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
         weight = constant_f32(call.args[1])
         usable = (
             weight is not None
@@ -264,4 +279,4 @@ def legalize_map(spec) -> dict:
     from .vector_math import legalize_map as vector_math_map
 
     lanes = spec.simd_width
-    return {**vector_math_map(), "relax.nn.conv2d": _conv2d(lanes), "relax.matmul": _matmul(lanes)}
+    return {**vector_math_map(), "relax.nn.conv2d": _conv2d(spec), "relax.matmul": _matmul(lanes)}
