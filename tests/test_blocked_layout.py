@@ -164,22 +164,26 @@ def test_lower_rank_constants_do_not_break_the_blocked_chain():
     assert transforms == 2, [(g.name, g.signature) for g in module.groups]
 
 
-def test_output_channels_are_padded_to_whole_vectors():
+@pytest.mark.parametrize("channels", [20, 72])
+def test_output_channels_are_padded_to_whole_vectors(channels):
     """A conv with 20 output channels (a classifier's 1000, in small) runs blocked on zero-padded weights, and
-    the padding channels are sliced off before anything reads them."""
+    the padding channels are sliced off before anything reads them. 72 channels are 9 whole vectors on 8 lanes:
+    above 8 vectors an odd count is padded to an even one."""
+    from xcomp.layout import padded_channels
+
     nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["y"])]
-    inits = [_const("W", (20, 16, 1, 1), 1), _const("B", (20,), 2)]
+    inits = [_const("W", (channels, 16, 1, 1), 1), _const("B", (channels,), 2)]
     model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 1, 1])], inits, opset=13)
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])], inits, opset=13)
     module = xcomp.compile(model, progress=False)
     x = {"x": np.random.default_rng(3).uniform(-1, 1, (1, 16, 6, 6)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     lanes = module.spec.simd_width
     (conv,) = _conv_groups(module)
-    blocks, _, _, width = (int(d) for d in conv.signature.split(" -> ")[1].split("x")[1:5])
-    assert _output_dims(conv) == 5 and blocks * width == -(-20 // lanes) * lanes
+    blocks, _, _, block_lanes = (int(d) for d in conv.signature.split(" -> ")[1].split("x")[1:5])
+    assert _output_dims(conv) == 5 and blocks * block_lanes == padded_channels(channels, lanes) > channels
 
 
 @pytest.mark.parametrize("channels,lanes,padded", [(20, 16, 32), (24, 16, 32), (1000, 16, 1024), (1000, 8, 1008),

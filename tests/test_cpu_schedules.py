@@ -300,7 +300,7 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend):
     import dataclasses
 
     from xcomp.schedules.cpu.common import tile_fma_rate
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu.conv import ConvTemplate, channel_tile_rate
 
     assert tile_fma_rate(14, 15) == pytest.approx(14 / 7.5)  # 15 loads on 2 ports
     assert tile_fma_rate(8, 6) == pytest.approx(2.0)  # FMA-bound: both pipes busy
@@ -308,12 +308,13 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend):
     lanes = backend.spec.simd_width
     module = xcomp.compile(conv_model(c_in=4 * lanes, c_out=4 * lanes, size=14, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
-    template = ConvTemplate(group.func, dataclasses.replace(backend.spec, vector_registers=16))
+    spec = dataclasses.replace(backend.spec, vector_registers=16)
+    template = ConvTemplate(group.func, spec)
     assert template.blocked and template.blocked_input
 
     def rate(knobs):
-        acc_pixels = knobs["oh_block"] * knobs["ow_block"]
-        return tile_fma_rate(knobs["co_block"] * acc_pixels, knobs["co_block"] + acc_pixels)
+        weight_bytes = knobs["co_block"] * template.reduce_volume * lanes * 4
+        return channel_tile_rate(spec, knobs["co_block"], knobs["oh_block"] * knobs["ow_block"], weight_bytes)
 
     default = template.default_knobs()
     assert template.valid(default)
@@ -336,6 +337,9 @@ def test_conv_rows_are_padded_to_columns_the_tiles_divide(backend):
     assert padded_width(spec, 8, co_blocks=16, rows=56, width=56, reduce_volume=128 * 9, blocked_input=True) == 56
     # 512 channels x 3 x 3 of weights: one channel vector fits half the L2, and 1 x 8 would not fit the registers
     assert padded_width(spec, 8, co_blocks=64, rows=7, width=7, reduce_volume=512 * 9, blocked_input=True) == 7
+    # a 1008-channel 1x1 classifier: 7 channel vectors x 1 pixel would stream 112 KB of weights from L2 per FMA
+    assert padded_width(spec, 8, co_blocks=126, rows=13, width=13, reduce_volume=512, blocked_input=True) == 15
+    assert channel_tile(spec, 8, 126, 13, 15, 512, True)[1] == (2, 1, 5)
 
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),
