@@ -121,6 +121,12 @@ class Backend(abc.ABC):
         """Built code can run on this machine (the device is present and the code is for it)."""
         return self.available()
 
+    def measured_roofs(self) -> dict | None:
+        """The fp32 FLOP/s and memory bandwidth this device sustains, measured here with small kernels
+        ({"source": "measured", "peak_flops": {"float32": ...}, "mem_bandwidth": ..., "method": ...}), or None
+        where this backend has no such measurement (reports then use the spec's nominal figures)."""
+        return None
+
     def toolchain_problem(self) -> str | None:
         """Why code for this target cannot be built on this machine (a missing linker, ...), or None."""
         return None

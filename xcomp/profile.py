@@ -3,6 +3,8 @@ random data, and set against the hardware's roofline."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from xcomp.progress import bar
 
@@ -67,17 +69,22 @@ def _median(values):
     return float(np.median(values)) if values else None
 
 
-def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: bool = True) -> list:
+def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: bool = True,
+                   roofs: dict | None = None) -> list:
     """[{group, kind, key, count, flops, bytes, median_ms, total_ms, in_model_ms, in_model_total_ms, rates_from,
     share, gflops, gbps, roofline_ms, pct_of_roofline, schedule}] for every unique group, largest share of the
     model's time first. median_ms is the group timed alone (warm caches); in_model_ms its median per call inside
     whole runs (see in_model_times). Share, achieved rates and % of roofline come from the in-model time, which
     is what the model spends; only when no group was seen running (in_model_times found no kernel calls) do they
-    fall back to the time alone, and rates_from says which."""
+    fall back to the time alone, and rates_from says which. The roofline is the spec's, or `roofs`
+    (Backend.measured_roofs) where given."""
     from xcomp.partition import unique_groups
     from xcomp.pipeline import schedule_group
 
     backend = module.backend
+    roof_spec = backend.spec if roofs is None else dataclasses.replace(
+        backend.spec, peak_flops={**backend.spec.peak_flops, **roofs["peak_flops"]},
+        mem_bandwidth=roofs["mem_bandwidth"])
     if not backend.can_run():
         raise UserError(f"cannot time {module.target} groups on this machine")
     if any(g.func is None for g in module.groups):
@@ -97,7 +104,7 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
             "in_model_ms": in_model_ms,
             # a group with no calls (the VM runs it as a builtin, e.g. a reshape) costs the model nothing
             "in_model_total_ms": in_model_ms * count if in_model_ms is not None else 0.0,
-            "roofline_ms": roofline_ms(rep.flops, rep.bytes, backend.spec), "schedule": choice.source,
+            "roofline_ms": roofline_ms(rep.flops, rep.bytes, roof_spec), "schedule": choice.source,
         })
     in_model_seen = any(r["in_model_ms"] is not None for r in rows)
     total_key = "in_model_total_ms" if in_model_seen else "total_ms"

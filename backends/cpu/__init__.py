@@ -52,6 +52,13 @@ class CPUBackend(Backend):
             host.features
         )
 
+    def measured_roofs(self) -> dict | None:
+        if not self.can_run():
+            return None
+        from .roofs import measured_roofs
+
+        return measured_roofs(self)
+
     def can_link_here(self) -> bool:
         return self.spec.triple.split("-")[0] == host_cpu().triple.split("-")[0]
 

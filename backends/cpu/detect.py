@@ -122,7 +122,7 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
         cache_bytes=_cache_sizes() if host else (32 * 1024, 1024 * 1024, 0),
         matrix_cores=tuple(matrix),
         peak_flops={"float32": fp32_peak},
-        # A rough per-socket figure; benchmarks measure the real one (STREAM-like copy) when they need it.
+        # A rough per-socket figure; reports measure this machine's own (Backend.measured_roofs, roofs.py).
         mem_bandwidth=20e9 if host else 0.0,
         features=features,
         triple=triple,

@@ -74,3 +74,24 @@ def spec_summary(hardware: dict) -> str:
     peak = fp32_peak(hardware)
     bw = hardware.get("mem_bandwidth")
     return f"{hardware.get('name')}: fp32 peak {si(peak, 'FLOP/s')}, memory {si(bw, 'B/s') if bw else 'unknown'}"
+
+
+def roofs(entry: dict) -> dict:
+    """What a target entry's rates are set against: the roofs this run measured on its hardware where it did
+    (entry["roofs"], see Backend.measured_roofs), else its HardwareSpec's nominal figures.
+    {"source": "measured" | "spec", "peak": fp32 FLOP/s or None, "bandwidth": B/s or 0}."""
+    measured = entry.get("roofs")
+    if measured:
+        return {"source": "measured", "peak": measured["peak_flops"].get("float32"),
+                "bandwidth": measured.get("mem_bandwidth") or 0}
+    hardware = entry["hardware"]
+    return {"source": "spec", "peak": fp32_peak(hardware), "bandwidth": hardware.get("mem_bandwidth") or 0}
+
+
+def roofs_summary(entry: dict) -> str:
+    """'NAME: measured fp32 peak 120 GFLOP/s, memory 16 GB/s (spec: ...)', or spec_summary's line."""
+    r = roofs(entry)
+    if r["source"] == "spec":
+        return spec_summary(entry["hardware"])
+    return (f"{entry['hardware'].get('name')}: measured fp32 peak {si(r['peak'], 'FLOP/s')}, memory "
+            f"{si(r['bandwidth'], 'B/s')} (spec: {spec_summary(entry['hardware']).split(': ', 1)[1]})")

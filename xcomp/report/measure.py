@@ -125,10 +125,13 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
         }
         if "check" in e:
             entry["check"] = e["check"]
+        roofs = module.backend.measured_roofs()
+        if roofs:
+            entry["roofs"] = roofs
         if profile_groups:
             from xcomp.profile import profile_module
 
-            rows = profile_module(module, progress=progress)
+            rows = profile_module(module, progress=progress, roofs=roofs)
             _default_vs_tuned(module, rows, repeat=5)
             entry["groups"] = rows
             entry["roofline_bound_predicted_ms"] = sum(r["roofline_ms"] * r["count"] for r in rows)

@@ -130,13 +130,13 @@ def roofline_chart(report, out_dir):
     hi = max(intensities + [200]) * 2
     xs = np.logspace(np.log10(lo), np.log10(hi), 200)
     for i, t in enumerate(entries):
-        hw = t["hardware"]
-        peak, bw = fmt.fp32_peak(hw) or 0, hw.get("mem_bandwidth", 0)
+        roofs = fmt.roofs(t)
+        peak, bw = roofs["peak"] or 0, roofs["bandwidth"]
         color = TARGET_COLORS[i % len(TARGET_COLORS)]
         if peak:
             roof = np.minimum(peak, xs * bw) if bw else np.full_like(xs, peak)
             ax.plot(xs, roof / 1e9, color=color, ls="-" if t["status"] == "measured" else "--", lw=1.5,
-                    label=f"{fmt.target_label(t)} roof: {fmt.si(peak, 'FLOP/s')} fp32"
+                    label=f"{fmt.target_label(t)} {roofs['source']} roof: {fmt.si(peak, 'FLOP/s')} fp32"
                           + (f", {fmt.si(bw, 'B/s')}" if bw else ""))
     for i, t in points:
         color = TARGET_COLORS[i % len(TARGET_COLORS)]

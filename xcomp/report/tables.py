@@ -36,12 +36,12 @@ def _this_cpu(report):
     for e in report["targets"]:
         if (e.get("status") == "measured" and e.get("origin", {}).get("kind") == "this run"
                 and e["hardware"].get("kind") == "cpu"):
-            return e.get("model_flops"), fmt.fp32_peak(e["hardware"])
+            return e.get("model_flops"), fmt.roofs(e)["peak"]
     return None, None
 
 
 def _rate(flops, peak, median_ms) -> str:
-    """'265 GFLOP/s (80%)': the model's arithmetic rate, and its share of the spec's fp32 peak."""
+    """'265 GFLOP/s (80%)': the model's arithmetic rate, and its share of the fp32 peak (fmt.roofs)."""
     if not flops or not median_ms:
         return "-"
     rate = flops / median_ms * 1e3
@@ -62,7 +62,8 @@ def latency_table(report) -> Table:
                    "(for a baseline: loading its session or program, torch.compile's compiling, first inference). "
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
                    "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
-                   "hardware's fp32 peak; baselines are set against this machine's CPU. Predicted rows are "
+                   "hardware's fp32 peak (measured in this run for this machine's CPU, else the spec's); "
+                   "baselines are set against this machine's CPU. Predicted rows are "
                    "roofline lower bounds from the target's HardwareSpec, not measurements.")
     for e in report["targets"]:
         value, predicted = fmt.target_latency(e)
@@ -76,7 +77,7 @@ def latency_table(report) -> Table:
         t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
                fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
-               _rate(e.get("model_flops"), fmt.fp32_peak(e["hardware"]), lat["median_ms"]),
+               _rate(e.get("model_flops"), fmt.roofs(e)["peak"], lat["median_ms"]),
                f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
               *(["imported"] if imported else []))
     for b in report["baselines"]:
@@ -124,8 +125,8 @@ def group_table(entry, top=25) -> Table:
                        "data, per call. in model: its median time per call inside whole runs of the model, where "
                        "inputs and weights are not already in cache (- for a group the VM runs as a builtin). "
                        f"% of model, GFLOP/s, GB/s and % of roofline are computed from {basis}. "
-                       "% of roofline = roofline bound / time on " + fmt.spec_summary(entry["hardware"])
-                       + " (above 100%: the data stayed in cache, faster than the spec's memory bandwidth).")
+                       "% of roofline = roofline bound / time on " + fmt.roofs_summary(entry)
+                       + " (above 100%: the data stayed in cache, faster than main memory's bandwidth).")
         for g in entry["groups"][:top]:
             tuned = (f"{fmt.ms(g['default_ms'])} -> {fmt.ms(g['median_ms'])} ({fmt.ratio(g['speedup_vs_default'])})"
                      if g.get("tuned") else "default")
