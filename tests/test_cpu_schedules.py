@@ -260,11 +260,14 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         # 6 channels per group cannot fill a vector: weights stay OIHW, pixels are vectorized instead
         dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
         dict(c_in=12, c_out=18, size=9, kernel=3, pad=1, group=3),
-        # 4 channels per group: a 4-lane channel vector where SIMD is 4 or 8 lanes wide, pixel vectors on 16 lanes
+        # 4 channels per group, 1x1: a 4-lane channel vector on a 7x7 map where SIMD is 4 or 8 lanes wide; on the
+        # 8x8 map pixel vectors where it is 8 (64 pixels make 8 whole vectors) or 16 lanes wide
+        dict(c_in=16, c_out=16, size=7, kernel=1, group=4),
         dict(c_in=16, c_out=16, size=8, kernel=1, group=4),
     ],
     ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "depthwise_wide",
-         "pointwise_batch_norm", "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups"],
+         "pointwise_batch_norm", "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups_small_map",
+         "quarter_vector_groups"],
 )
 def test_conv(args, backend):
     from xcomp.schedules.cpu.conv import ConvTemplate
@@ -273,10 +276,12 @@ def test_conv(args, backend):
     (group,) = _groups(module, "conv")
     template = ConvTemplate(group.func, backend.spec)
     depthwise = args.get("group", 1) == args["c_in"] == args["c_out"]
-    # channel vectors narrower than half the SIMD width (and than 4) are not worth packing a grouped conv for
-    groups = args.get("group", 1)
-    minimum = max(4, backend.spec.simd_width // 2) if groups > 1 else 4
-    narrow = not depthwise and math.gcd(args["c_out"] // groups, backend.spec.simd_width) < minimum
+    # channel vectors narrower than half the SIMD width (and than 4) are not worth packing a grouped conv for, nor
+    # narrower than the SIMD width for a 1x1 conv on a map of lanes x lanes pixels or more
+    groups, lanes = args.get("group", 1), backend.spec.simd_width
+    pointwise_map = args["kernel"] == 1 and args["size"] ** 2 >= lanes * lanes
+    minimum = (lanes if pointwise_map else max(4, lanes // 2)) if groups > 1 else 4
+    narrow = not depthwise and math.gcd(args["c_out"] // groups, lanes) < minimum
     assert (template.lanes == 0) == narrow, template.lanes
     if narrow:
         assert template.fused_pixels == (args["kernel"] == 1)
