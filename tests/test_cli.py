@@ -98,7 +98,8 @@ def test_bench_against_onnxruntime(tmp_path):
     (target,), (ort,) = doc["targets"], doc["baselines"]
     assert target["status"] == ort["status"] == "measured" and ort["name"] == "onnxruntime"
     assert target["latency"]["runs"] == 5 and ort["latency"]["runs"] == 5 and ort["latency"]["median_ms"] > 0
-    assert target["check"] == {"reference": "onnxruntime", "max_abs_diff": target["check"]["max_abs_diff"]}
+    assert target["check"] == {"reference": "onnxruntime", "max_abs_diff": target["check"]["max_abs_diff"],
+                               "uniform_reference": False}
     assert target["check"]["max_abs_diff"] < 1e-4
     assert "groups" not in target  # the per-group profile is for --report
     assert target["model_flops"] > 0  # the table's rate column divides this by each runner's median
@@ -117,6 +118,27 @@ def test_bench_table_without_report_is_the_report_table(tmp_path):
     assert "rate (% of peak)" in header
     rows = [line for line in r.stdout.splitlines() if "measured" in line]
     assert rows and all(re.search(r"[\d.]+ GFLOP/s \((<0.001|[\d.]+)%\)", line) for line in rows)
+
+
+def test_bench_flags_a_check_against_uniform_outputs(tmp_path):
+    """The shipped light models' weights are one constant and their softmax output uniform: matching it says
+    little, and the table says so."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.full((4, 5), 0.02, np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Softmax", ["logits"], ["y"])],
+        "uniform", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], [weight])
+    model_path = tmp_path / "uniform.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model_path))
+    doc = json.loads(xcomp_cli("bench", str(model_path), "--repeat", "3", "--json", "-q").stdout)
+    assert doc["targets"][0]["check"]["uniform_reference"] is True
+    r = xcomp_cli("bench", str(model_path), "--repeat", "3", "-q")
+    assert r.returncode == 0, r.stderr
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("xcomp cpu")]
+    assert row.rstrip().endswith("(onnxruntime; uniform reference)")
+    assert "note: onnxruntime's outputs are one value repeated" in r.stdout
 
 
 def test_shipped_model_shorthand():

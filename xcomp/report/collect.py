@@ -52,6 +52,11 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                                                      profile_groups=profile_groups, blas=blas,
                                                      progress=progress,
                                                      torch_model=torch_model) if here else ([], [], [])
+    uniform = next((e["check"]["reference"] for e in target_entries + baseline_entries
+                    if e.get("check", {}).get("uniform_reference")), None)
+    if uniform:
+        notes.append(f"{uniform}'s outputs are one value repeated (as with the shipped light models' constant "
+                     "weights), so matching them says little about correctness; check with real weights")
     other_targets, other_baselines, other_blas, import_notes = imported(results, model_info["sha256"], set(here))
     by_name = {e["target"]: e for e in target_entries + other_targets}
     for name in names:

@@ -32,6 +32,15 @@ def ratio(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def check(entry_check) -> str:
+    """A runner's output check for the tables: the max |diff| and its reference, flagged when that reference's
+    outputs are one repeated value."""
+    if not entry_check:
+        return "-"
+    weak = "; uniform reference" if entry_check.get("uniform_reference") else ""
+    return f"{entry_check['max_abs_diff']:.2e} ({entry_check['reference']}{weak})"
+
+
 def target_latency(entry) -> tuple:
     """(latency ms, predicted?) of a target entry: the measured median, or the roofline prediction."""
     if entry.get("status") == "measured":

@@ -12,6 +12,12 @@ from . import torch_baseline
 from .stats import latency_summary, throughput
 
 
+def _uniform(outputs: list) -> bool:
+    """Is every output one value repeated (the shipped light models' constant weights give a uniform softmax)?
+    Matching such outputs says little: mixed-up channels or pixels would match too."""
+    return all(np.size(a) > 1 and bool(np.all(np.asarray(a) == np.asarray(a).flat[0])) for a in outputs)
+
+
 def _max_abs_diff(ours: list, theirs: list) -> float:
     return float(max(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))) if np.size(a) else 0.0
                      for a, b in zip(ours, theirs)))
@@ -95,7 +101,8 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
             if key != reference:
                 entry = entries[key[1]] if key[0] == "target" else baseline_entries[key[1]]
                 entry["check"] = {"reference": reference[1],
-                                  "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference])}
+                                  "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference]),
+                                  "uniform_reference": _uniform(outputs[reference])}
 
     samples = interleaved_samples(runners, repeat, warmup, progress)
 

@@ -63,7 +63,9 @@ def latency_table(report) -> Table:
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
                    "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
                    "hardware's fp32 peak (measured in this run for this machine's CPU, else the spec's); "
-                   "baselines are set against this machine's CPU. Predicted rows are "
+                   "baselines are set against this machine's CPU. max |diff|: against the reference's outputs on "
+                   "the same inputs; \"uniform reference\" marks outputs that are one repeated value, which "
+                   "mixed-up channels or pixels would match too (a weak check). Predicted rows are "
                    "roofline lower bounds from the target's HardwareSpec, not measurements.")
     for e in report["targets"]:
         value, predicted = fmt.target_latency(e)
@@ -73,25 +75,23 @@ def latency_table(report) -> Table:
             continue
         lat, imported = e["latency"], e.get("origin", {}).get("kind") == "results file"
         vs = "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"])
-        check = e.get("check")
         t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
                fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
                _rate(e.get("model_flops"), fmt.roofs(e)["peak"], lat["median_ms"]),
-               f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
+               fmt.check(e.get("check"))],
               *(["imported"] if imported else []))
     for b in report["baselines"]:
         if b.get("status") != "measured":
             continue
         lat, imported = b["latency"], b.get("origin", {}).get("kind") == "results file"
-        check = b.get("check")
         t.add([fmt.baseline_label(b), "measured" + (" (imported)" if imported else ""), fmt.ms(lat["median_ms"]),
                fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
                f"{b['throughput']['inferences_per_s']:.1f}/s",
                f"{b['first_run_s']:.2f} s" if b.get("first_run_s") is not None else "-",
                "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
                "-" if imported else _rate(cpu_flops, cpu_peak, lat["median_ms"]),
-               f"{check['max_abs_diff']:.2e} ({check['reference']})" if check else "-"],
+               fmt.check(b.get("check"))],
               *(["imported"] if imported else []))
     return t
 
