@@ -347,6 +347,44 @@ def test_conv_rows_are_padded_to_columns_the_tiles_divide(backend):
     assert channel_tile(spec, 8, 126, 13, 15, 512, True)[1] == (2, 1, 5)
 
 
+def test_conv_weights_beyond_a_quarter_of_l2_run_in_input_channel_passes(backend):
+    """vgg19's 512-channel 3x3 convs (147 KB of weights per channel vector, 8 lanes): passes of input channels
+    whose weights fit half the L1, which also opens the 2 x 4 tile (27 -> 21-22.5 ms on 28x28); 256 channels
+    (74 KB) stay one pass."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.conv import channel_tile, ci_chunk
+
+    spec = dataclasses.replace(backend.spec, simd_width=8, vector_registers=16, cache_bytes=(32768, 524288, None))
+    assert ci_chunk(spec, 8, co_block=1, ci_blocks=64, taps=9) == 4  # 4 x 2304 B <= 16 KB < 8 x 2304 B
+    assert ci_chunk(spec, 8, co_block=2, ci_blocks=64, taps=9) == 2
+    assert ci_chunk(spec, 8, co_block=1, ci_blocks=32, taps=9) == 0
+    assert channel_tile(spec, 8, 64, 28, 28, 512 * 9, True, taps=9)[1] == (2, 1, 4)
+    assert channel_tile(spec, 8, 64, 28, 28, 512 * 9, True)[1] == (1, 1, 7)  # one pass: weights from beyond L1
+
+
+def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch):
+    """Partial sums carried across passes, then the epilogue: forced to passes of 2 input vectors, a blocked conv
+    (with bias, relu and a residual add) matches, and so do sampled configs of any pass size."""
+    from xcomp.schedules.cpu import conv
+
+    monkeypatch.setattr(conv, "ci_chunk", lambda spec, lanes, co_block, ci_blocks, taps: 2)
+    channels, size = 4 * backend.spec.simd_width, 10
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["a", "W2", "B"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "a"], ["y"])]
+    inits = [_const("W1", (channels, channels, 1, 1), 1), _const("W2", (channels, channels, 3, 3), 2),
+             _const("B", (channels,), 3)]
+    model = make_model(nodes, [_value("x", (1, channels, size, size))], [_value("y", (1, channels, size, size))],
+                       inits)
+    module = _compile_and_check(model, _inputs(x=(1, channels, size, size)))
+    (group,) = [g for g in _groups(module, "conv") if "3x3" in g.signature]
+    template = conv.ConvTemplate(group.func, backend.spec)
+    assert template.blocked_input and template.default_knobs()["ci_chunk"] == 2
+    assert template.knob_space()["ci_chunk"] == [0, 1, 2]
+    check_configs(group.func, template, backend, samples=6, enumerated=2)
+
+
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),
                                    dict(size=7, kernel=1)], ids=["3x3", "strided", "pointwise"])
 def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch):

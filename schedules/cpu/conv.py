@@ -39,8 +39,25 @@ def registers_fit(spec, co_block: int, pixels: int, spare: int = 0) -> bool:
     return live + spare <= vector_registers(spec)
 
 
+def ci_chunk(spec, lanes: int, co_block: int, ci_blocks: int, taps: int) -> int:
+    """Input-channel vectors per pass of a conv on blocked input (0: one pass over all of them). A channel tile
+    reloads its weights for every pixel tile; when they take more than a quarter of the L2 they compete with the
+    input rows for it and come from further out. In passes whose weights take at most half the L1, each pass's
+    weights serve every pixel tile of the row from L1, and the partial sums wait in the output tile between
+    passes. vgg19's 512-channel 28x28 3x3 conv (147 KB of weights per channel vector): in one pass 27 ms with
+    1 x 7 pixels and 25 ms with 2 x 4, in passes of 2-8 vectors 21-22.5 ms with 2 x 4 or 2 x 2 x 2 tiles; the
+    model's groups 271 -> 240 ms. Smaller weights (37-74 KB: resnet50, inception, densenet) gained nothing
+    measurable on this noisy host."""
+    l1 = spec.cache_bytes[0] or 32 * 1024
+    l2 = spec.cache_bytes[1] or 256 * 1024
+    per_vector = co_block * taps * lanes * lanes * 4
+    if not taps or ci_blocks < 2 or per_vector * ci_blocks <= l2 // 4:
+        return 0
+    return max((d for d in divisors(ci_blocks, ci_blocks - 1) if per_vector * d <= l1 // 2), default=0)
+
+
 def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce_volume: int,
-                 blocked_input: bool):
+                 blocked_input: bool, taps: int = 0):
     """The default register tile (co_block, oh_block, ow_block) of a conv on weights packed in vectors of `lanes`
     channels, writing `co_blocks` of them over `rows` x `width` pixels, with the FMA rate (tile_fma_rate) it
     sustains: (rate, (co_block, oh_block, ow_block)).
@@ -54,18 +71,25 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     convs) ran 10-80% slower with such tiles and keep half of it.
     On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
     14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
-    rate the core can sustain first (to a tenth: the model is rough), then single rows (2 x 4 pixels ran a
-    512-channel 28x28 conv in 60 ms, 1 x 7 in 33), then most FMAs, then fewest loads per FMA. A default leaves
-    one register spare: tiles filling all 16 spilled (1 x 14: 47 ms there)."""
+    rate the core can sustain first (to a tenth: the model is rough), then single rows (in session 9, 2 x 4
+    pixels ran a 512-channel 28x28 conv in 60 ms, 1 x 7 in 33; now 25 and 27 ms in one pass, see ci_chunk),
+    then most FMAs, then fewest loads per FMA. A default leaves one register spare: tiles filling all 16
+    spilled (1 x 14: 47 ms there)."""
     l2 = spec.cache_bytes[1] or 256 * 1024
     tile_bytes = reduce_volume * lanes * 4
-    co_choices = [cb for cb in divisors(co_blocks, 8) if cb == 1 or cb * tile_bytes <= l2 // 2]
+    ci_blocks = reduce_volume // taps // lanes if blocked_input and taps else 0
+
+    def pass_bytes(cb):  # a channel tile's weights per pass over the input channels (see ci_chunk)
+        chunk = ci_chunk(spec, lanes, cb, ci_blocks, taps) if ci_blocks else 0
+        return cb * tile_bytes * chunk // ci_blocks if chunk else cb * tile_bytes
+
+    co_choices = [cb for cb in divisors(co_blocks, 8) if cb == 1 or pass_bytes(cb) <= l2 // 2]
     budget = accumulator_budget(spec)[0]
     tiles = [(cb, oh, ow) for cb in co_choices for oh in divisors(rows, 4) for ow in divisors(width, 16)
              if registers_fit(spec, cb, oh * ow, spare=1) and (blocked_input or cb * oh * ow <= budget)]
 
     def rate(tile):
-        return channel_tile_rate(spec, tile[0], tile[1] * tile[2], tile[0] * tile_bytes)
+        return channel_tile_rate(spec, tile[0], tile[1] * tile[2], pass_bytes(tile[0]))
 
     best = max(tiles or [(1, 1, 1)],
                key=lambda t: (round(rate(t), 1), -t[1], t[0] * t[1] * t[2], -(t[0] + t[1] * t[2])))
@@ -131,7 +155,7 @@ class ConvTemplate(CpuTemplate):
             weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
             self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
         ci, kh, kw = main.extents[-3:]
-        self.reduce_volume = ci * kh * kw
+        self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -176,6 +200,9 @@ class ConvTemplate(CpuTemplate):
                 "order": ["co_outer", "oh_outer"],
                 "unroll_kw": [True, False],
             }
+            ci_blocks = self.reduce_volume // self.taps // self.lanes
+            if self.blocked and self.blocked_input and ci_blocks > 1:  # vectors per input-channel pass (ci_chunk)
+                space["ci_chunk"] = [0] + divisors(ci_blocks, min(64, ci_blocks - 1))
             if self.depthwise:  # co_block: channel vectors for "channels", channels for "columns"
                 space.update(vectorize=["channels", "columns"], vector=self._vector_choices(),
                              pixel_block=list(range(1, 9)))
@@ -219,9 +246,13 @@ class ConvTemplate(CpuTemplate):
             knobs["pad"] = "stage"
         if not self.lanes:
             return self._default_unpacked(knobs)
+        blocked_input = self.blocked and self.blocked_input
         knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = channel_tile(
             self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
-            self.blocked and self.blocked_input)[1]
+            blocked_input, self.taps)[1]
+        if blocked_input:
+            knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"],
+                                         self.reduce_volume // self.taps // self.lanes, self.taps)
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
         knobs["order"] = "co_outer"
         if self.depthwise:
@@ -273,14 +304,20 @@ class ConvTemplate(CpuTemplate):
             n, co, oh, ow, cov, ci, kh, kw = sch.get_loops(conv)
             coo, cob = sch.split(co, [None, knobs["co_block"]])
             # the input's channel vector innermost of the reduction: V contiguous loads per tap
+            passes = []
             if self.blocked_input:
                 cio, cii = sch.split(ci, [None, lanes])
+                if knobs.get("ci_chunk"):
+                    # input-channel passes: a pass's weights and input window fit L1 (they are reloaded from L2 for
+                    # every pixel tile otherwise); partial sums wait in the output tile between passes
+                    chunk, cio = sch.split(cio, [None, knobs["ci_chunk"]])
+                    passes = [chunk]
                 reduction = [cio, kh, kw, cii]
             else:
                 reduction = [ci, kh, kw]
         else:
             n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
-            reduction = [ci, kh, kw]
+            reduction, passes = [ci, kh, kw], []
         if lanes:
             oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
             owo, owi = sch.split(ow, [None, knobs["ow_block"]])
@@ -291,7 +328,7 @@ class ConvTemplate(CpuTemplate):
             # pixel-major inside the tile: each input broadcast feeds co_block FMAs at once and dies, so the live
             # registers are the accumulators, co_block weight vectors and one broadcast (channel-major kept every
             # pixel's broadcast live across the channel loop and spilled 28-accumulator tiles)
-            sch.reorder(*outer, owo, *reduction, ohi, owi, cob, cov)
+            sch.reorder(*outer, *passes, owo, *reduction, ohi, owi, cob, cov)
             for loop in (cob, ohi, owi):
                 sch.unroll(loop)
             sch.vectorize(cov)
@@ -312,9 +349,14 @@ class ConvTemplate(CpuTemplate):
             sch.vectorize(pv)
         if knobs["unroll_kw"]:
             sch.unroll(kw)
-        sch.reverse_compute_at(epilogue, tile)
-        # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
-        write_back = sch.get_loops(epilogue)[len(outer) + 1:]
+        if passes:  # the epilogue waits for the last pass
+            sch.reverse_compute_at(epilogue, outer[-1])
+            sch.vectorize(sch.get_loops(epilogue)[-1])
+            write_back = []
+        else:
+            sch.reverse_compute_at(epilogue, tile)
+            # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
+            write_back = sch.get_loops(epilogue)[len(outer) + 1:]
         if not lanes:  # pixel vectors: write them back as vectors too (LLVM leaves an unrolled row scalar)
             write_back[-1:] = sch.split(write_back[-1], [None, knobs["vector"]])
             sch.vectorize(write_back.pop())
@@ -343,7 +385,7 @@ class ConvTemplate(CpuTemplate):
                 parallelize(sch, rows, self.spec.cores)
             else:
                 schedule_spatial(sch, stage, self.spec.simd_width, self.spec.cores)
-        sch.decompose_reduction(conv, reduction[0])
+        sch.decompose_reduction(conv, (passes or reduction)[0])
 
 
 __all__ = ["ConvTemplate"]
