@@ -156,6 +156,7 @@ class ConvTemplate(CpuTemplate):
             self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
+        self.ci_blocks = ci // self.lanes if self.lanes else 0  # input-channel vectors, for ci_chunk
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -200,9 +201,8 @@ class ConvTemplate(CpuTemplate):
                 "order": ["co_outer", "oh_outer"],
                 "unroll_kw": [True, False],
             }
-            ci_blocks = self.reduce_volume // self.taps // self.lanes
-            if self.blocked and self.blocked_input and ci_blocks > 1:  # vectors per input-channel pass (ci_chunk)
-                space["ci_chunk"] = [0] + divisors(ci_blocks, min(64, ci_blocks - 1))
+            if self.blocked and self.blocked_input and self.ci_blocks > 1:  # vectors per input-channel pass
+                space["ci_chunk"] = [0] + divisors(self.ci_blocks, min(64, self.ci_blocks - 1))
             if self.depthwise:  # co_block: channel vectors for "channels", channels for "columns"
                 space.update(vectorize=["channels", "columns"], vector=self._vector_choices(),
                              pixel_block=list(range(1, 9)))
@@ -251,8 +251,7 @@ class ConvTemplate(CpuTemplate):
             self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
             blocked_input, self.taps)[1]
         if blocked_input:
-            knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"],
-                                         self.reduce_volume // self.taps // self.lanes, self.taps)
+            knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"], self.ci_blocks, self.taps)
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
         knobs["order"] = "co_outer"
         if self.depthwise:
@@ -308,8 +307,7 @@ class ConvTemplate(CpuTemplate):
             if self.blocked_input:
                 cio, cii = sch.split(ci, [None, lanes])
                 if knobs.get("ci_chunk"):
-                    # input-channel passes: a pass's weights and input window fit L1 (they are reloaded from L2 for
-                    # every pixel tile otherwise); partial sums wait in the output tile between passes
+                    # input-channel passes (see ci_chunk): partial sums wait in the output tile between passes
                     chunk, cio = sch.split(cio, [None, knobs["ci_chunk"]])
                     passes = [chunk]
                 reduction = [cio, kh, kw, cii]

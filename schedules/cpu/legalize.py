@@ -250,8 +250,10 @@ def _conv2d(spec):
             packed = relax.const(pack_conv_weight(weight, block))
             return bb.call_te(packed_depthwise_conv2d, call.args[0], packed, **geometry,
                               primfunc_name_hint="depthwise_conv2d")
-        out_pixels = math.prod(int(d) for d in list(call.ty.shape)[2:]) if usable else 0
-        minimum = _grouped_minimum(lanes, weight.shape[2:], out_pixels) if usable and groups > 1 else 4
+        minimum = 4
+        if usable and groups > 1:
+            out_pixels = math.prod(int(d) for d in list(call.ty.shape)[2:])
+            minimum = _grouped_minimum(lanes, weight.shape[2:], out_pixels)
         block = _pack_lanes(weight.shape[0] // groups, lanes, minimum) if usable else 0
         if not block:
             return _default("relax.nn.conv2d")(bb, call)
