@@ -373,8 +373,8 @@ def cmd_conformance(args):
         return doc
     s = doc["summary"]
     print(f"{s['cases']} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(s["verdicts"].items())))
-    print(f"onnxruntime passes {s['onnxruntime_pass']}; xcomp passes {s['xcomp_pass_where_onnxruntime_passes']} "
-          f"of those ({s['xcomp_pass_with_fixed_inputs']} of xcomp's passes with inputs fixed by --input-value)")
+    for line in conformance.summary_lines(s):
+        print(line)
     if args.markdown:
         print(f"table by op type written to {args.markdown}")
     return None
