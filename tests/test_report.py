@@ -56,7 +56,7 @@ def run(tmp_path_factory):
     onnx.save(conv_relu_matmul(), model_path)
     out = folder / "out"
     argv = [model_path, "-t", "cpu", "-t", GPU_TARGETS[0], "-t", GPU_TARGETS[1], "--baseline", "onnxruntime",
-            "--baseline", "torch", "--repeat", "5", "--warmup", "1", "--seed", "3", "--report", str(out), "-q"]
+            "--baseline", "torch", "--baseline", "onnxruntime-cuda", "--repeat", "5", "--warmup", "1", "--seed", "3", "--report", str(out), "-q"]
     assert bench(*argv) == 0
     with open(out / "report.json") as f:
         report = json.load(f)
@@ -166,6 +166,26 @@ def test_baselines(run):
         assert torch["status"] == "not installed"
     if torch["status"] != "measured":
         assert torch["reason"] and "latency" not in torch
+    # this machine has no GPU: onnxruntime's CUDA provider is listed with the reason, never timed on the CPU
+    ort_cuda = baselines["onnxruntime-cuda"]
+    assert ort_cuda["status"] == "unavailable" and ort_cuda["device"] == "cuda" and "latency" not in ort_cuda
+    assert "CUDAExecutionProvider" in ort_cuda["reason"]
+    with open(run["out"] / "report.md") as f:
+        assert re.search(r"\| onnxruntime-cuda \| unavailable \| onnxruntime .* CUDAExecutionProvider", f.read())
+
+
+def test_a_gpu_provider_that_falls_back_to_the_cpu_is_not_timed_under_its_name(monkeypatch):
+    """onnxruntime lists a provider whose libraries are missing, then quietly runs the session on its CPU."""
+    import onnxruntime
+
+    from xcomp.bench import OnnxRuntimeBaseline, ProviderUnavailable
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    with pytest.raises(ProviderUnavailable, match="CUDAExecutionProvider did not load"):
+        OnnxRuntimeBaseline(conv_relu_matmul().SerializeToString(), "onnxruntime-cuda")
+    cpu = OnnxRuntimeBaseline(conv_relu_matmul().SerializeToString())
+    assert cpu.device == "cpu" and cpu.session.get_providers() == ["CPUExecutionProvider"]
 
 
 def test_gemm_groups_against_blas(run):

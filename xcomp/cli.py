@@ -392,8 +392,10 @@ def cmd_bench(args):
 
 def _default_baselines(args):
     """onnxruntime; torch eager too (its entry says what it needs when it cannot run); torch.compile only for a
-    program the user gave, since compiling takes a while."""
-    return ["onnxruntime", "torch"] + (["torch.compile"] if args.torch_model else [])
+    program the user gave, since compiling takes a while; onnxruntime's GPU provider of each GPU target's kind."""
+    targets = args.target or ["cpu"]
+    gpu = [f"onnxruntime-{kind}" for kind in ("cuda", "rocm") if any(t.startswith(kind) for t in targets)]
+    return ["onnxruntime", "torch"] + (["torch.compile"] if args.torch_model else []) + gpu
 
 
 def _bench_report(args, targets):
@@ -562,9 +564,12 @@ def build_parser():
     p.add_argument("-t", "--target", action="append",
                    help="target (repeatable; default cpu): measured when present here, otherwise taken from "
                         "--results or predicted")
-    p.add_argument("--baseline", action="append", choices=["onnxruntime", "torch", "torch.compile"],
-                   help="baseline to compare against (repeatable; default: onnxruntime and torch, and "
-                        "torch.compile with --torch-model)")
+    p.add_argument("--baseline", action="append",
+                   choices=["onnxruntime", "onnxruntime-cuda", "onnxruntime-rocm", "torch", "torch.compile"],
+                   help="baseline to compare against (repeatable; default: onnxruntime and torch, "
+                        "torch.compile with --torch-model, and onnxruntime-cuda / onnxruntime-rocm (its CUDA / "
+                        "ROCm execution provider) with a cuda / rocm target; a baseline that cannot run here is "
+                        "listed with the reason)")
     p.add_argument("--torch-model", metavar="MODEL.pt2",
                    help="the same model as a torch program, saved by torch.export.save(torch.export.export(net, "
                         "args), 'MODEL.pt2'): run by the torch (eager) and torch.compile baselines, with the ONNX "

@@ -45,7 +45,8 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
     `torch_model` a torch.export file for the torch baselines."""
     import xcomp
-    from xcomp.bench import OnnxRuntimeBaseline, _serialized, interleaved_samples
+    from xcomp.bench import ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
+        interleaved_samples
 
     from .blas import blas_rows
 
@@ -76,11 +77,16 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                                          [o.shape for o in outputs[("target", targets[0])]]) if torch_names else {}
     baseline_entries = {}
     for name in baselines:
-        if name == "onnxruntime":
+        if name in ONNXRUNTIME_BASELINES:
             t = time.perf_counter()
-            runner = OnnxRuntimeBaseline(_serialized(model))
+            try:
+                runner = OnnxRuntimeBaseline(_serialized(model), name)
+            except ProviderUnavailable as why:
+                baseline_entries[name] = {"name": name, "device": ONNXRUNTIME_BASELINES[name][1],
+                                          "status": "unavailable", "reason": str(why)}
+                continue
             outputs[("baseline", name)] = list(runner(inputs))
-            entry = {"name": name, "device": "cpu", "status": "measured", "version": runner.version,
+            entry = {"name": name, "device": runner.device, "status": "measured", "version": runner.version,
                      **runner.settings}
             first_run_s = time.perf_counter() - t
         elif name in torch_started:

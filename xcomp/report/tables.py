@@ -63,7 +63,7 @@ def latency_table(report) -> Table:
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
                    "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
                    "hardware's fp32 peak (measured in this run for this machine's CPU, else the spec's); "
-                   "baselines are set against this machine's CPU. max |diff|: against the reference's outputs on "
+                   "CPU baselines are set against this machine's CPU. max |diff|: against the reference's outputs on "
                    "the same inputs; \"uniform reference\" marks outputs that are one repeated value, which "
                    "mixed-up channels or pixels would match too (a weak check). Predicted rows are "
                    "roofline lower bounds from the target's HardwareSpec, not measurements.")
@@ -90,7 +90,7 @@ def latency_table(report) -> Table:
                f"{b['throughput']['inferences_per_s']:.1f}/s",
                f"{b['first_run_s']:.2f} s" if b.get("first_run_s") is not None else "-",
                "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
-               "-" if imported else _rate(cpu_flops, cpu_peak, lat["median_ms"]),
+               "-" if imported or b.get("device", "cpu") != "cpu" else _rate(cpu_flops, cpu_peak, lat["median_ms"]),
                fmt.check(b.get("check"))],
               *(["imported"] if imported else []))
     return t
