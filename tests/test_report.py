@@ -201,6 +201,27 @@ def test_gemm_groups_against_blas(run):
     assert row["blas_ms"] > 0 and row["xcomp_over_blas"] == pytest.approx(row["xcomp_ms"] / row["blas_ms"])
 
 
+def test_gemm_baseline_is_the_vendor_blas_of_the_targets_hardware():
+    """CPU: numpy.matmul, with torch.matmul on the CPU beside it; GPU: torch.matmul on the GPU, cuBLAS or rocBLAS
+    (none here: this machine has no GPU, so a GPU target gets no BLAS timing rather than a CPU one)."""
+    from xcomp.report.blas import vendor_gemm
+
+    shape = {"batch": 1, "m": 8, "n": 16, "k": 32, "dtype": "float32"}
+    name, timing, torch_cpu = vendor_gemm(shape, "cpu", repeat=3)
+    assert name == "numpy.matmul" and timing["median_ms"] > 0 and timing["problem"] == "8x32 @ 32x16"
+    try:
+        import torch
+    except ImportError:
+        assert torch_cpu is None
+    else:
+        assert torch_cpu["median_ms"] > 0
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    for target, blas in (("cuda:sm_90", "cuBLAS"), ("rocm:gfx942", "rocBLAS")):
+        assert vendor_gemm(shape, target, repeat=3) == (f"torch.matmul on the GPU ({blas})", None,
+                                                                          None)
+
+
 # -- predicted ----------------------------------------------------------------------------------------------
 
 

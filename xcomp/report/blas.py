@@ -1,4 +1,6 @@
-"""Vendor BLAS as a baseline for GEMM groups: numpy.matmul (OpenBLAS here) on the same problem size.
+"""Vendor BLAS as a baseline for GEMM groups on the same problem size: numpy.matmul (OpenBLAS here) for a CPU
+target, torch.matmul on the GPU for a GPU target (cuBLAS in a CUDA build of torch, rocBLAS / hipBLASLt in a ROCm
+build: both address the GPU as "cuda").
 
 A matmul group's shape is read from its reduction block: spatial iterators (batch..., M, N) and reduction
 iterators (K). The weight layout xcomp chose (packed or not) does not matter: BLAS gets plain row-major
@@ -53,12 +55,14 @@ def _operands(shape: dict, seed: int):
     return rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype), dtype
 
 
-def _time(fn, repeat: int, min_ms: float) -> tuple:
+def _time(fn, repeat: int, min_ms: float, sync=lambda: None) -> tuple:
     """(median ms, calls per sample): `fn` repeated until `min_ms` per sample has passed, `repeat` samples --
-    the same way the per-group profile times xcomp's groups."""
+    the same way the per-group profile times xcomp's groups. `sync` waits for a GPU's queued work."""
     fn()
+    sync()
     t = time.perf_counter()
     fn()
+    sync()
     once = max(time.perf_counter() - t, 1e-7)
     number = max(1, int(min_ms / 1e3 / once))
     samples = []
@@ -66,6 +70,7 @@ def _time(fn, repeat: int, min_ms: float) -> tuple:
         t = time.perf_counter()
         for _ in range(number):
             fn()
+        sync()
         samples.append((time.perf_counter() - t) / number * 1e3)
     return float(np.median(samples)), number
 
@@ -85,25 +90,40 @@ def time_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: int = 0
             "gflops": flops / median / 1e6 if median > 0 else 0.0, "problem": problem_text(shape)}
 
 
-def time_torch_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: int = 0):
-    """torch.matmul on the CPU (its own BLAS / oneDNN), or None when torch is not installed."""
+def time_torch_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: int = 0, device: str = "cpu"):
+    """torch.matmul on `device`: "cpu" (torch's own BLAS / oneDNN) or "cuda" (the GPU's vendor BLAS); None when
+    torch is not installed or cannot reach that device here."""
     try:
         import torch
     except ImportError:
         return None
+    if device != "cpu" and not torch.cuda.is_available():
+        return None
     a, w, _dtype = _operands(shape, seed)
-    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
-    out = torch.empty(ta.shape[:-1] + (tw.shape[-1],), dtype=ta.dtype)
+    ta, tw = torch.from_numpy(a).to(device), torch.from_numpy(w).to(device)
+    out = torch.empty(ta.shape[:-1] + (tw.shape[-1],), dtype=ta.dtype, device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     with torch.inference_mode():
-        median, _number = _time(lambda: torch.matmul(ta, tw, out=out), repeat, min_ms)
+        median, _number = _time(lambda: torch.matmul(ta, tw, out=out), repeat, min_ms, sync)
     flops = 2.0 * shape["batch"] * shape["m"] * shape["n"] * shape["k"]
-    return {"median_ms": median, "gflops": flops / median / 1e6 if median > 0 else 0.0,
-            "version": torch.__version__, "threads": torch.get_num_threads()}
+    return {"median_ms": median, "runs": repeat, "gflops": flops / median / 1e6 if median > 0 else 0.0,
+            "version": torch.__version__, "threads": torch.get_num_threads(), "problem": problem_text(shape)}
+
+
+def vendor_gemm(shape: dict, target: str, repeat: int = 20):
+    """(vendor BLAS name, its timing, torch.matmul on the CPU or None) for a target ("cpu", "cuda:sm_90",
+    "rocm:gfx942", ...); a GPU target whose GPU torch cannot reach here gets (name, None, None)."""
+    kind = target.split(":")[0]
+    if kind in ("cuda", "rocm"):
+        name = f"torch.matmul on the GPU ({'rocBLAS' if kind == 'rocm' else 'cuBLAS'})"
+        return name, time_torch_gemm(shape, repeat=repeat, device="cuda"), None
+    return "numpy.matmul", time_gemm(shape, repeat=repeat), time_torch_gemm(shape, repeat=repeat)
 
 
 def blas_rows(module, profile_rows, repeat: int = 20) -> list:
-    """One row per matmul group of a measured module: xcomp's per-group median against numpy.matmul's, both
-    timed alone (the profile row's in-model time would set a cold kernel against a warm BLAS)."""
+    """One row per matmul group of a measured module: xcomp's per-group median against the vendor BLAS's
+    (`vendor_gemm`), both timed alone (the profile row's in-model time would set a cold kernel against a warm
+    BLAS). None when the target is a GPU that torch cannot reach here."""
     from xcomp.partition import unique_groups
 
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
@@ -114,10 +134,11 @@ def blas_rows(module, profile_rows, repeat: int = 20) -> list:
         shape = gemm_shape(reps[row["key"]].func)
         if shape is None:
             continue
-        timing = time_gemm(shape, repeat=repeat)
-        torch_timing = time_torch_gemm(shape, repeat=repeat)
+        blas_name, timing, torch_timing = vendor_gemm(shape, module.target, repeat=repeat)
+        if timing is None:
+            return None
         rows.append({
-            "group": row["group"], "key": row["key"], "count": row["count"], "shape": shape,
+            "group": row["group"], "key": row["key"], "count": row["count"], "shape": shape, "blas_name": blas_name,
             "problem": timing["problem"], "xcomp_ms": row["median_ms"], "blas_ms": timing["median_ms"],
             "blas_runs": timing["runs"], "blas_gflops": timing["gflops"],
             "xcomp_gflops": row["flops"] / row["median_ms"] / 1e6 if row["median_ms"] > 0 else 0.0,

@@ -148,8 +148,11 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
             _default_vs_tuned(module, rows, repeat=5)
             entry["groups"] = rows
             entry["roofline_bound_predicted_ms"] = sum(r["roofline_ms"] * r["count"] for r in rows)
-            if blas and module.spec.kind == "cpu":
-                for row in blas_rows(module, rows):
+            if blas:
+                found = blas_rows(module, rows)
+                if found is None:
+                    entry["blas_unavailable"] = "torch cannot reach this GPU here, so no vendor BLAS ran"
+                for row in found or []:
                     gemm_rows.append({"target": target, **row})
         target_entries.append(entry)
     return target_entries, list(baseline_entries.values()), gemm_rows

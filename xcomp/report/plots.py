@@ -193,7 +193,7 @@ def blas_chart(report, out_dir):
     ax.barh([y + h / 2 if not has_torch else y + h for y in ys], [r["xcomp_gflops"] for r in rows], height=h,
             color=KIND_COLORS["matmul"], label="xcomp (group incl. fused epilogue)")
     ax.barh([y - h / 2 if not has_torch else y for y in ys], [r["blas_gflops"] for r in rows], height=h,
-            color=BASELINE_COLOR, label="numpy.matmul (BLAS)")
+            color=BASELINE_COLOR, label=" / ".join(sorted({r.get("blas_name", "numpy.matmul") for r in rows})))
     if has_torch:
         ax.barh([y - h for y in ys], [r.get("torch_gflops") or 0 for r in rows], height=h, color="#bcbd22",
                 label="torch.matmul (CPU)")

@@ -140,15 +140,18 @@ def group_table(entry, top=25) -> Table:
 
 
 def blas_table(report) -> Table:
-    t = Table("blas", "GEMM groups vs vendor BLAS (numpy.matmul)",
-              ["target", "group", "count", "problem", "xcomp", "numpy BLAS", "torch.matmul", "xcomp GFLOP/s",
-               "BLAS GFLOP/s", "xcomp / BLAS time"],
-              note=f"numpy BLAS: {report['versions'].get('blas')}; torch.matmul: torch "
-                   f"{report['versions'].get('torch') or 'not installed'} on the CPU. xcomp's time includes the "
-                   "group's fused epilogue (bias, activation); BLAS runs the bare product. < 1x: xcomp is faster.")
+    t = Table("blas", "GEMM groups vs vendor BLAS",
+              ["target", "group", "count", "problem", "xcomp", "vendor BLAS", "BLAS time", "torch.matmul (CPU)",
+               "xcomp GFLOP/s", "BLAS GFLOP/s", "xcomp / BLAS time"],
+              note=f"CPU targets: numpy.matmul ({report['versions'].get('blas')}) and torch.matmul (torch "
+                   f"{report['versions'].get('torch') or 'not installed'}) on the CPU; GPU targets: torch.matmul "
+                   "on the GPU (cuBLAS, or rocBLAS in a ROCm torch). xcomp's time includes the group's fused "
+                   "epilogue (bias, activation); BLAS runs the bare product. < 1x: xcomp is faster.")
     for r in report.get("blas", []):
-        t.add([r["target"], r["group"], r["count"], r["problem"], fmt.ms(r["xcomp_ms"]), fmt.ms(r["blas_ms"]),
-               fmt.ms(r.get("torch_ms")) if r.get("torch_ms") else "not installed",
+        torch_cpu = fmt.ms(r.get("torch_ms")) if r.get("torch_ms") else "-" if r.get("blas_name", "").startswith(
+            "torch") else "not installed"
+        t.add([r["target"], r["group"], r["count"], r["problem"], fmt.ms(r["xcomp_ms"]),
+               r.get("blas_name", "numpy.matmul"), fmt.ms(r["blas_ms"]), torch_cpu,
                f"{r['xcomp_gflops']:.2f}", f"{r['blas_gflops']:.2f}", fmt.ratio(r["xcomp_over_blas"])],
               *(["imported"] if r.get("origin") else []))
     return t
