@@ -230,7 +230,12 @@ _KERNEL_ALIGNMENT = 64
 
 def _checked_array(spec, value):
     """`value` as an array of `spec`'s dtype, its indices in range; C-contiguous, which the kernels assume."""
-    array = np.asarray(value)
+    if value is None:
+        raise InputError(f"input {spec.name!r}: got None, expected a {spec.dtype} array")
+    try:
+        array = np.asarray(value)
+    except ValueError as err:  # a ragged nested list
+        raise InputError(f"input {spec.name!r}: cannot be read as an array ({err})") from None
     if array.dtype != spec.numpy_dtype:
         raise InputError(
             f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype} "
