@@ -1,6 +1,10 @@
 """How well the XGBoost cost model ranks candidates it has not seen, on records from a tuning database.
 
 Usage: python benchmarks/costmodel_quality.py MODEL --db tune.sqlite [--holdout 0.3] [--seed 0] [--json out.json]
+       python benchmarks/costmodel_quality.py MODEL --db tune.sqlite --pretrained
+
+With --pretrained, nothing is trained: the model that ships (costmodel/pretrained/cpu.json) ranks every record,
+which tells how well it guides a new user's first trials on a model it was not trained on.
 
 The model's operator groups give each record its scheduled program; workloads are split (not records, so the
 held-out groups are truly new to the model), the model trains on one part and ranks the other. Reported:
@@ -20,7 +24,7 @@ import numpy as np
 
 def main():
     from xcomp.autotune.pretrain import training_set
-    from xcomp.costmodel import CostModel, ranking_quality
+    from xcomp.costmodel import CostModel, pretrained_model, ranking_quality
     from xcomp.examples import resolve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,6 +34,8 @@ def main():
     parser.add_argument("--holdout", type=float, default=0.3, help="share of workloads held out")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="rank every record with the shipped model instead of training on part of them")
     args = parser.parse_args()
 
     x, y, groups = training_set([resolve(args.model)], [args.db], args.target)
@@ -37,12 +43,17 @@ def main():
     x, y, groups = x[measured], y[measured], [g for g, m in zip(groups, measured) if m]
     keys = sorted(set(groups))
     random.Random(args.seed).shuffle(keys)
-    held = set(keys[: max(1, int(len(keys) * args.holdout))])
+    held = set(keys if args.pretrained else keys[: max(1, int(len(keys) * args.holdout))])
     test = np.array([g in held for g in groups])
     train_groups = [g for g, t in zip(groups, test) if not t]
     test_groups = [g for g, t in zip(groups, test) if t]
 
-    model = CostModel(seed=args.seed).fit(x[~test], y[~test], train_groups)
+    if args.pretrained:
+        model = pretrained_model()
+        if model is None:
+            parser.error("no shipped model for this features version (retrain it: python -m xcomp.autotune.pretrain)")
+    else:
+        model = CostModel(seed=args.seed).fit(x[~test], y[~test], train_groups)
     learned = ranking_quality(model.predict(x[test]), y[test], test_groups)
     rng = np.random.default_rng(args.seed)
     chance = ranking_quality(rng.random(int(test.sum())), y[test], test_groups)

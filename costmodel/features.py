@@ -15,9 +15,19 @@ import numpy as np
 
 # 2: categorical knobs hashed with crc32 (v1 used Python's hash(), salted per process: a saved model saw other
 # values for `order` or `pad` than it was trained on)
-FEATURES_VERSION = 2
+# 3: each knob name has its own slot (v2 packed a template's knobs in name order, so a knob added to a template
+# moved every knob after it into a slot a trained model had learned for another one)
+FEATURES_VERSION = 3
 PER_STORE = 164
-KNOB_SLOTS = 16
+# Every knob of every template, each with a slot of its own. A new knob takes a free slot at the end, so a trained
+# model keeps reading the knobs it knows where it learned them (tests check every template's knobs are here).
+KNOB_NAMES = (
+    "block_x", "block_y", "ci_chunk", "co_block", "frags_m", "frags_n", "k_frags", "micro_k", "micro_x",
+    "micro_y", "mr", "nr", "oh_block", "order", "ow_block", "pack_b", "pad", "parallel", "pixel_block", "unroll",
+    "unroll_k", "unroll_kw", "vector", "vectorize", "warps_m", "warps_n",
+)
+KNOB_SLOTS = 32
+_KNOB_SLOT = {name: slot for slot, name in enumerate(KNOB_NAMES)}
 KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
 LENGTH = 2 * PER_STORE + KNOB_SLOTS + len(KINDS) + 6
 
@@ -31,9 +41,13 @@ def _knob_number(value) -> float:
 
 
 def knob_vector(knobs: dict) -> np.ndarray:
-    """Knob values in name order, padded/truncated to KNOB_SLOTS."""
-    values = [_knob_number(knobs[name]) for name in sorted(knobs)][:KNOB_SLOTS]
-    return np.pad(np.asarray(values, dtype=np.float32), (0, KNOB_SLOTS - len(values)))
+    """Each knob's value in its own slot (0 where a template has no such knob)."""
+    vector = np.zeros(KNOB_SLOTS, np.float32)
+    for name, value in knobs.items():
+        if name not in _KNOB_SLOT:
+            raise ValueError(f"knob {name!r} has no feature slot: add it to costmodel.features.KNOB_NAMES")
+        vector[_KNOB_SLOT[name]] = _knob_number(value)
+    return vector
 
 
 def hardware_vector(spec) -> np.ndarray:

@@ -54,7 +54,20 @@ def test_untrained_model_has_no_preference():
 
 
 def test_knob_vector_is_order_independent():
-    assert np.array_equal(knob_vector({"a": 4, "b": True}), knob_vector({"b": True, "a": 4}))
+    assert np.array_equal(knob_vector({"mr": 4, "pack_b": True}), knob_vector({"pack_b": True, "mr": 4}))
+
+
+def test_a_knob_keeps_its_feature_slot_when_a_template_gains_another():
+    """A trained model reads each knob where it learned it: adding ci_chunk to the conv template (v2 features
+    packed knobs in name order) may not move co_block's value into another knob's slot."""
+    before = knob_vector({"co_block": 4, "oh_block": 2, "order": "co_outer"})
+    after = knob_vector({"ci_chunk": 8, "co_block": 4, "oh_block": 2, "order": "co_outer"})
+    assert np.count_nonzero(before != after) == 1 and np.count_nonzero(before) == 3
+
+
+def test_a_knob_without_a_feature_slot_is_refused():
+    with pytest.raises(ValueError, match="'new_knob' has no feature slot"):
+        knob_vector({"co_block": 4, "new_knob": 2})
 
 
 def test_knob_features_are_the_same_in_every_process():

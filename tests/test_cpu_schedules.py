@@ -55,16 +55,19 @@ def _configs(template, samples: int, enumerated: int) -> list:
 
 
 def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
-    """Each config (and each of `extra`) applies and matches the unscheduled func on random data."""
+    """Each config (and each of `extra`) applies, matches the unscheduled func on random data, and has a feature
+    slot for every knob (the cost model raises on a knob it has no slot for)."""
     from tvm import s_tir
 
     from xcomp.autotune.measure import func_params, random_args
+    from xcomp.costmodel import knob_vector
 
     arrays = random_args(func_params(func), seed=0)
     reference = _run(func, arrays, backend)
     configs = _configs(template, samples, enumerated) + list(extra)
     for knobs in configs:
         assert template.valid(knobs), knobs
+        knob_vector(knobs)
         sch = s_tir.Schedule(func)
         template.apply(sch, knobs)
         for got, want in zip(_run(sch.mod["main"], arrays, backend), reference):

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import data_dir
 from xcomp.backends import get_backend
+from xcomp.costmodel import knob_vector
 from xcomp.errors import TargetError
 
 CUDA_ARCHS = ["sm_80", "sm_90"]
@@ -301,6 +302,7 @@ def test_matrix_core_knobs_respect_the_spec(target):
     template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], spec)
     configs = list(template.enumerate())
     assert template.default_knobs() in configs and 50 < len(configs) < template.space_size()
+    knob_vector(template.default_knobs())  # every knob has a cost-model feature slot
     for knobs in configs:
         block_m, block_n, block_k = (knobs["warps_m"] * knobs["frags_m"] * 16, knobs["warps_n"] * knobs["frags_n"] * 16,
                                      knobs["k_frags"] * 16)
@@ -326,6 +328,7 @@ def test_template_knobs_respect_the_spec(target):
     assert template.kind == "matmul" and isinstance(template, gpu.DlightTemplate)  # fp32: dlight's SIMT rule
     configs = list(template.enumerate())
     assert template.default_knobs() in configs and len(configs) > 100
+    knob_vector(template.default_knobs())  # every knob has a cost-model feature slot
     for knobs in configs:
         threads = knobs["block_x"] * knobs["block_y"]
         assert threads <= spec.max_threads_per_block and threads % spec.simd_width == 0
