@@ -423,6 +423,45 @@ def _check_attributes(proto, label):
                     )
 
 
+def _stored_tensors(graph):
+    """Every tensor a model stores: initializers and node attributes (Constant's value) of every graph."""
+    for g in all_graphs(graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+
+
+def _check_stored_tensors(proto, label):
+    """Each stored tensor holds as many values as its dims declare: the checker lets more through (then numpy
+    fails to reshape them while folding constants) and a data type no numpy dtype stands for."""
+    onnx = _onnx()
+    proto_types = onnx.TensorProto
+    skipped = {proto_types.STRING, proto_types.UNDEFINED, proto_types.INT4, proto_types.UINT4, proto_types.INT2,
+               proto_types.UINT2, proto_types.FLOAT4E2M1, proto_types.FLOAT6E2M3, proto_types.FLOAT6E3M2}
+    for tensor in _stored_tensors(proto.graph):
+        if tensor.data_location == proto_types.EXTERNAL or tensor.data_type in skipped:
+            continue  # external data is checked where it is read; sub-byte types pack their values
+        name = tensor.name or "<unnamed>"
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+            field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        except (KeyError, ValueError, TypeError):
+            raise ModelLoadError(f"{label}: tensor {name!r} has data type {tensor.data_type}, which ONNX does not "
+                                 "define") from None
+        count = int(np.prod(list(tensor.dims), dtype=np.int64))
+        if tensor.HasField("raw_data"):
+            stored, declared, unit = len(tensor.raw_data), count * dtype.itemsize, "bytes"
+        else:
+            stored, unit = len(getattr(tensor, field)), "values"
+            declared = count * (2 if dtype.kind == "c" else 1)  # complex: real and imaginary parts
+        if stored != declared:
+            raise ModelLoadError(f"{label}: tensor {name!r} declares shape {list(tensor.dims)} ({declared} {unit} "
+                                 f"of {dtype}) but stores {stored} {unit}")
+
+
 def _check_tensor_sizes(proto, label):
     """Refuse absurd static shapes (e.g. 2^40 x 2^20) before anything tries to allocate them."""
     values = list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info)
@@ -744,6 +783,7 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)
+    _check_stored_tensors(proto, label)
     _refuse_non_tensor_values(proto, opset)
     fixed = bind_input_values(proto, graph_inputs(proto), dict(input_values or {}), label)
     bound = _bind_and_infer(proto, input_shapes, label)

@@ -23,6 +23,18 @@ def mismatched_initializer():
     return model
 
 
+def initializer_with_extra_data():
+    model = tiny_mlp(2)
+    model.graph.initializer[0].dims[:] = [1, 4]  # 4 floats declared, 32 stored: the checker lets this through
+    return model
+
+
+def undefined_data_type():
+    model = tiny_mlp(2)
+    model.graph.initializer[1].data_type = 99
+    return model
+
+
 def absurd_dims():
     return make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", [1 << 40, 1 << 20])],
                       [_vi("y", [1 << 40, 1 << 20])])
@@ -72,6 +84,9 @@ def truncated():
 CORPUS = {
     "dangling_input": (dangling_input, "ModelLoadError", "ghost"),
     "mismatched_initializer": (mismatched_initializer, "ModelLoadError", "tensor name: W"),
+    "initializer_with_extra_data": (initializer_with_extra_data, "ModelLoadError",
+                                    "tensor 'W' declares shape [1, 4] (16 bytes of float32) but stores 128 bytes"),
+    "undefined_data_type": (undefined_data_type, "ModelLoadError", "data type 99, which ONNX does not define"),
     "absurd_dims": (absurd_dims, "ModelLoadError", "over the 256 GiB limit"),
     "absurd_initializer": (absurd_initializer, "ModelLoadError", "tensor name: W"),
     "negative_pads": (negative_pads, "ModelLoadError", "node conv (Conv) has negative pads"),

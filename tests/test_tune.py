@@ -40,6 +40,18 @@ def test_tune_resume_and_compile_with_db(tmp_path):
     np.testing.assert_allclose(m(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_tuning_from_an_unguarded_script_says_how_to_guard_it(tmp_path):
+    """Build workers are spawned and import the caller's script again: a top-level xcomp.tune call there breaks
+    the pool. The error must say so, not only "worker crashed: BrokenProcessPool"."""
+    onnx.save(tiny_mlp(4), str(tmp_path / "mlp.onnx"))
+    script = tmp_path / "tune_it.py"
+    script.write_text("import xcomp\n"
+                      f"xcomp.tune({str(tmp_path / 'mlp.onnx')!r}, db={str(tmp_path / 't.sqlite')!r}, trials=2)\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0
+    assert "if tune_it.py calls xcomp.tune at its top level" in run.stderr and '__name__ == "__main__"' in run.stderr
+
+
 def test_tune_cli_json_and_db_export(tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(tiny_mlp(4), str(path))

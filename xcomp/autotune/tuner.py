@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
+import sys
 import time
 
 import numpy as np
@@ -75,6 +77,17 @@ def model_tasks(model, backend, input_shapes, input_values=None):
         template = schedules.get_template(rep.func, backend.spec)
         tasks.append(Task(rep, count, template, tvm.ir.save_json(rep.func)))
     return tasks, symbolic
+
+
+def _unguarded_script_hint(error: str) -> str:
+    """Builds run in spawned processes, which import the caller's __main__ script again: a script that calls
+    xcomp.tune at top level re-runs it there, Python refuses, and the pool breaks before any build."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if "BrokenProcessPool" not in error or not script or os.path.basename(script) in ("xcomp", "pytest",
+                                                                                      "__main__.py"):
+        return ""  # xcomp's CLI, pytest and `python -m` guard their entry points
+    return (f" -- if {os.path.basename(script)} calls xcomp.tune at its top level, put the call under "
+            "`if __name__ == \"__main__\":` (tuning spawns worker processes, and each imports the script again)")
 
 
 class Tuner:
@@ -159,7 +172,8 @@ class Tuner:
         default = task.template.default_knobs()
         builds = self.builder.build(task.func_json, self.backend.target_string, [default])
         if builds[0].artifact is None:
-            raise UserError(f"group {task.group.name}: its default schedule does not build: {builds[0].error}")
+            raise UserError(f"group {task.group.name}: its default schedule does not build: {builds[0].error}"
+                            + _unguarded_script_hint(builds[0].error))
         task.reference = builds[0].artifact
         if canonical_knobs(default) in task.measured:
             task.default_ms = task.measured[canonical_knobs(default)]
