@@ -56,7 +56,8 @@ def run(tmp_path_factory):
     onnx.save(conv_relu_matmul(), model_path)
     out = folder / "out"
     argv = [model_path, "-t", "cpu", "-t", GPU_TARGETS[0], "-t", GPU_TARGETS[1], "--baseline", "onnxruntime",
-            "--baseline", "torch", "--baseline", "onnxruntime-cuda", "--repeat", "5", "--warmup", "1", "--seed", "3", "--report", str(out), "-q"]
+            "--baseline", "torch", "--baseline", "onnxruntime-cuda", "--repeat", "5", "--warmup", "1", "--seed", "3",
+            "--report", str(out), "-q"]
     assert bench(*argv) == 0
     with open(out / "report.json") as f:
         report = json.load(f)

@@ -69,7 +69,7 @@ class OnnxRuntimeBaseline:
             self.session = ort.InferenceSession(model_path_or_bytes, opts, providers=self.settings["providers"])
         if self.session.get_providers()[0] != provider:  # onnxruntime falls back to the CPU when a GPU's fails
             raise ProviderUnavailable(f"onnxruntime's {provider} did not load here (the session runs on "
-                                      f"{self.session.get_providers()}): its GPU libraries are missing")
+                                      f"{self.session.get_providers()}): the GPU or its libraries are missing")
 
     def __call__(self, inputs: dict):
         return self.session.run(None, inputs)

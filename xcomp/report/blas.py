@@ -120,7 +120,7 @@ def vendor_gemm(shape: dict, target: str, repeat: int = 20):
     return "numpy.matmul", time_gemm(shape, repeat=repeat), time_torch_gemm(shape, repeat=repeat)
 
 
-def blas_rows(module, profile_rows, repeat: int = 20) -> list:
+def blas_rows(module, profile_rows, repeat: int = 20) -> list | None:
     """One row per matmul group of a measured module: xcomp's per-group median against the vendor BLAS's
     (`vendor_gemm`), both timed alone (the profile row's in-model time would set a cold kernel against a warm
     BLAS). None when the target is a GPU that torch cannot reach here."""
