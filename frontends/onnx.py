@@ -159,22 +159,21 @@ def _read_proto(model):
     return proto, folder, label
 
 
-def _external_tensors(graph):
-    """Every TensorProto in the graph (and its subgraphs) that stores its data in another file."""
-    onnx = _onnx()
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for t in g.initializer:
-            if t.data_location == onnx.TensorProto.EXTERNAL:
-                yield t
+def _stored_tensors(graph):
+    """Every tensor a model stores: initializers and node attributes (Constant's value) of every graph."""
+    for g in all_graphs(graph):
+        yield from g.initializer
         for node in g.node:
             for attr in node.attribute:
-                if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                if attr.HasField("t"):
                     yield attr.t
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
+                yield from attr.tensors
+
+
+def _external_tensors(graph):
+    """Every stored tensor (`_stored_tensors`) whose data is in another file."""
+    external = _onnx().TensorProto.EXTERNAL
+    return (t for t in _stored_tensors(graph) if t.data_location == external)
 
 
 def _load_external_data(proto, folder, label):
@@ -421,17 +420,6 @@ def _check_attributes(proto, label):
                         f"{label}: node {node.name or '<unnamed>'} ({node.op_type}) has negative pads "
                         f"{list(attr.ints)}; the ONNX spec requires pads >= 0"
                     )
-
-
-def _stored_tensors(graph):
-    """Every tensor a model stores: initializers and node attributes (Constant's value) of every graph."""
-    for g in all_graphs(graph):
-        yield from g.initializer
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
 
 
 def _check_stored_tensors(proto, label):

@@ -231,8 +231,9 @@ def run(cases, jobs: int = 1, timeout_s: float = 120.0, progress: bool = True) -
             case = cases[index]
             results[index] = {"set": case.set, "name": case.name, "op": case.op, "opset": case.opset,
                               "seconds": time.monotonic() - start, **verdict}
-            if known_gap(case.name):
-                results[index]["known_gap"] = known_gap(case.name)
+            reason = known_gap(case.name)
+            if reason:
+                results[index]["known_gap"] = reason
             progress_bar.update()
     progress_bar.close()
     return results

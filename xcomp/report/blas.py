@@ -110,10 +110,9 @@ def time_torch_gemm(shape: dict, repeat: int = 20, min_ms: float = 20.0, seed: i
             "version": torch.__version__, "threads": torch.get_num_threads(), "problem": problem_text(shape)}
 
 
-def vendor_gemm(shape: dict, target: str, repeat: int = 20):
-    """(vendor BLAS name, its timing, torch.matmul on the CPU or None) for a target ("cpu", "cuda:sm_90",
-    "rocm:gfx942", ...); a GPU target whose GPU torch cannot reach here gets (name, None, None)."""
-    kind = target.split(":")[0]
+def vendor_gemm(shape: dict, kind: str, repeat: int = 20):
+    """(vendor BLAS name, its timing, torch.matmul on the CPU or None) for a backend kind (Backend.name: "cpu",
+    "cuda", "rocm"); a GPU target whose GPU torch cannot reach here gets (name, None, None)."""
     if kind in ("cuda", "rocm"):
         name = f"torch.matmul on the GPU ({'rocBLAS' if kind == 'rocm' else 'cuBLAS'})"
         return name, time_torch_gemm(shape, repeat=repeat, device="cuda"), None
@@ -134,7 +133,7 @@ def blas_rows(module, profile_rows, repeat: int = 20) -> list | None:
         shape = gemm_shape(reps[row["key"]].func)
         if shape is None:
             continue
-        blas_name, timing, torch_timing = vendor_gemm(shape, module.target, repeat=repeat)
+        blas_name, timing, torch_timing = vendor_gemm(shape, module.backend.name, repeat=repeat)
         if timing is None:
             return None
         rows.append({
