@@ -197,6 +197,23 @@ def test_records_of_an_older_template_version_teach_nothing(tmp_path):
     assert len(y_after) == len(y)
 
 
+def test_a_resumed_run_skips_records_of_an_older_template_version(tmp_path):
+    """A database from before a template gained a knob (resnet50's conv records without `ci_chunk`): a resumed
+    run neither crosses those configs with new ones (it crashed on the missing knob) nor takes one as its best."""
+    _, (task,) = _tune_gemm_with_fakes(tmp_path, guided=False)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        records = list(db.records(task.group.key))
+        knob = next(iter(task.template.default_knobs()))
+        stale = [dataclasses.replace(r, knobs={k: v for k, v in r.knobs.items() if k != knob},
+                                     latencies_ms=[1e-6])
+                 for r in records if r.ok][:8]
+        db.add_batch(stale)
+    _, (resumed,) = _tune_gemm_with_fakes(tmp_path, guided=False)
+    assert resumed.best_knobs is not None and knob in resumed.best_knobs
+    assert resumed.best_ms > 1e-6
+    assert all(knob in json.loads(k) for k in resumed.measured)
+
+
 class _OnceLuckyRunner(_FakeRunner):
     """The made-up latencies, except that the first config measured after the default runs 10x faster the first
     time it is measured: a quiet moment on a shared machine."""

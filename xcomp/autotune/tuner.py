@@ -161,14 +161,12 @@ class Tuner:
 
     def _start(self, task):
         """Measure the default config (the reference for numerics) and load what the database knows."""
-        fingerprint = self.backend.spec.fingerprint()
-        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+        for record in self._records(task):
             ms = record.median_ms if record.ok else math.inf
             task.measured[canonical_knobs(record.knobs)] = ms
             if ms < task.best_ms:
                 task.best_ms, task.best_knobs = ms, record.knobs
-            if task.template.in_space(record.knobs):  # a resumed run is guided from its first batch
-                self._learn(task, record.knobs, ms)
+            self._learn(task, record.knobs, ms)  # a resumed run is guided from its first batch
         default = task.template.default_knobs()
         builds = self.builder.build(task.func_json, self.backend.target_string, [default])
         if builds[0].artifact is None:
@@ -274,10 +272,18 @@ class Tuner:
         except MeasurementDeferred:
             return False
         self.db.add_remeasurements([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
-        fingerprint = self.backend.spec.fingerprint()
-        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+        for record in self._records(task):
             task.measured[canonical_knobs(record.knobs)] = record.median_ms if record.ok else math.inf
         return True
+
+    def _records(self, task):
+        """The database's records of the task's group on this hardware that are configs of its template: a record
+        of an older version of the template (other knobs) is not one, the search cannot mutate or cross it, and
+        its time labels another program."""
+        fingerprint = self.backend.spec.fingerprint()
+        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+            if task.template.in_space(record.knobs):
+                yield record
 
     def close(self):
         self.builder.close()
