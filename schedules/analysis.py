@@ -14,6 +14,12 @@ SPATIAL, REDUCE = 0, 2  # tirx.IterVar.DataPar, tirx.IterVar.CommReduce
 
 KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
 
+# Block annotations our lowerings set (te.compute attrs; they survive fusion):
+# WINOGRAD: the output tile edge, on every stage of a Winograd conv (cpu/winograd.py): the group is a conv.
+# FLOPS: the block's operations with every symbolic extent at 1, where counting its arithmetic would mislead
+# (a Winograd conv states the direct conv's count on its GEMM and 0 on its transforms).
+WINOGRAD, FLOPS = "xcomp.winograd", "xcomp.flops"
+
 
 @dataclasses.dataclass
 class BlockInfo:
@@ -135,6 +141,8 @@ def _volume(extents) -> int:
 
 
 def classify_blocks(infos) -> str:
+    if any(WINOGRAD in info.block.annotations for info in infos):
+        return "conv"
     main = main_reduction(infos)
     if main is None:
         return "injective"
@@ -164,5 +172,5 @@ def symbolic_vars(func) -> list:
     return sorted(names)
 
 
-__all__ = ["KINDS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window", "main_reduction",
-           "classify_blocks", "classify", "symbolic_vars"]
+__all__ = ["KINDS", "WINOGRAD", "FLOPS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window",
+           "main_reduction", "classify_blocks", "classify", "symbolic_vars"]

@@ -23,6 +23,14 @@ from conftest import assert_matches_ort, make_model
 RTOL, ATOL = 1e-4, 1e-4
 
 
+@pytest.fixture
+def direct_convs(monkeypatch):
+    """3x3 stride-1 convs stay direct convs (for tests of the direct template on shapes Winograd would take)."""
+    from xcomp.schedules.cpu import winograd
+
+    monkeypatch.setattr(winograd, "MIN_CHANNEL_VECTORS", 10**6)
+
+
 @pytest.fixture(scope="module")
 def backend():
     from xcomp.backends import get_backend
@@ -301,7 +309,7 @@ def test_conv(args, backend):
     check_configs(group.func, template, backend, samples=6, enumerated=3, extra=extra)
 
 
-def test_conv_default_tile_sustains_the_highest_fma_rate(backend):
+def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     """On 16 registers the blocked conv's default tile is the one the core sustains most FMAs per cycle with, not
     the one with most FMAs: 1 x 14 (a weight vector and 14 input broadcasts per 14 FMAs) is load-bound and ran a
     256-channel 14x14 conv 1.8x slower than 2 x 2 x 2."""
@@ -366,7 +374,7 @@ def test_conv_weights_beyond_a_quarter_of_l2_run_in_input_channel_passes(backend
     assert channel_tile(spec, 8, 64, 28, 28, 512 * 9, True)[1] == (1, 1, 7)  # one pass: weights from beyond L1
 
 
-def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch):
+def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, direct_convs):
     """Partial sums carried across passes, then the epilogue: forced to passes of 2 input vectors, a blocked conv
     (with bias, relu and a residual add) matches, and so do sampled configs of any pass size."""
     from xcomp.schedules.cpu import conv
@@ -390,7 +398,7 @@ def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch):
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),
                                    dict(size=7, kernel=1)], ids=["3x3", "strided", "pointwise"])
-def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch):
+def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch, direct_convs):
     """Whatever width the policy picks, extra columns (each repeating the last real one) are cropped: forced to
     three more, a conv with its epilogue and a bare conv whose output is the cropped block still match."""
     from xcomp.schedules.cpu import conv
@@ -414,6 +422,101 @@ def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch):
     model = make_model(nodes, [_value("x", (1, channels, size, size))], [_value("y", (1, channels, size, size))],
                        inits)
     _compile_and_check(model, _inputs(x=(1, channels, size, size)))
+
+
+# -- Winograd ------------------------------------------------------------------------------------------------
+
+
+def test_winograd_matrices_compute_a_correlation():
+    """At [(G g) * (Bt d)] of F(4, 3) is the 3-tap correlation of a 6-sample input, in 1-D and (transform_weight's
+    G g Gt on a blocked weight) in 2-D."""
+    from xcomp.schedules.cpu.winograd import matrices, transform_weight
+
+    rng = np.random.default_rng(0)
+    a, b, g = matrices(4)
+    d, k = rng.standard_normal(6), rng.standard_normal(3)
+    np.testing.assert_allclose(a.T @ ((g @ k) * (b.T @ d)), np.correlate(d, k, "valid"), rtol=1e-12, atol=1e-12)
+    lanes = 2
+    weight = rng.standard_normal((1, 1, 3, 3, lanes, lanes)).astype(np.float32)  # [K/V, C/V, 3, 3, V(c), V(k)]
+    u = transform_weight(weight, 4)  # [6, 6, K/V, C, V(k)]
+    tile = rng.standard_normal((lanes, 6, 6))  # per input channel
+    for c in range(lanes):
+        for kk in range(lanes):
+            want = np.array([[np.sum(tile[c, y:y + 3, x:x + 3] * weight[0, 0, :, :, c, kk]) for x in range(4)]
+                             for y in range(4)])
+            got = a.T @ (u[:, :, 0, c, kk] * (b.T @ tile[c] @ b)) @ a
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def residual_conv_model(channels, size, pads, batch=1):
+    """relu(conv3x3(x) + bias) + x: the epilogue of a resnet block's second conv."""
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[3, 3], pads=pads),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
+    shape = (batch, channels, size, size)
+    return make_model(nodes, [_value("x", shape)], [_value("y", shape)],
+                      [_const("W", (channels, channels, 3, 3), 4), _const("B", (channels,), 5)])
+
+
+@pytest.mark.parametrize("size,pads", [(8, [1] * 4), (10, [1] * 4), (13, [1] * 4), (12, [0, 1, 2, 1])],
+                         ids=["whole_tiles", "tiles_padded", "odd", "asymmetric_pads"])
+def test_winograd_conv(size, pads, backend):
+    """3x3 stride-1 convs with enough channels run as Winograd F(4x4, 3x3): every sampled config matches the
+    unscheduled group, the compiled model matches onnxruntime, and the group states the direct conv's FLOPs."""
+    from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.winograd import WinogradTemplate
+
+    channels = 4 * backend.spec.simd_width
+    out = size + pads[0] + pads[2] - 2  # every case pads rows and columns alike, as the residual add needs
+    model = residual_conv_model(channels, size, pads)
+    module = _compile_and_check(model, _inputs(x=(1, channels, size, size)))
+    (group,) = _groups(module, "conv")
+    assert "winograd" in group.name
+    assert group.flops == 2 * 9 * channels * channels * out * out + 3 * channels * out * out  # conv, bias/relu/add
+    template = get_template(group.func, backend.spec)
+    assert isinstance(template, WinogradTemplate)
+    configs = check_configs(group.func, template, backend, samples=6, enumerated=4)
+    assert len(configs) > 2
+
+
+def test_winograd_conv_with_a_symbolic_batch(backend):
+    """The batch stays a loop of its own: a module compiled for any batch serves 1 and 3."""
+    channels = 4 * backend.spec.simd_width
+    model = residual_conv_model(channels, 8, [1] * 4, batch="N")
+    module = xcomp.compile(model)
+    (group,) = _groups(module, "conv")
+    assert "winograd" in group.name and group.symbols == ("N",)
+    for batch in (1, 3):
+        assert_matches_ort(module, model, _inputs(x=(batch, channels, 8, 8)), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("target", ["cpu:skylake-avx512", "cpu:aarch64-linux-gnu"])
+def test_winograd_cross_compiles(target):
+    """16 lanes and 32 registers (AVX-512), 4 lanes (NEON): the template's own default schedules the group (not
+    a fallback) and the module builds; it cannot run here."""
+    from xcomp.backends import get_backend
+
+    lanes = get_backend(target).spec.simd_width
+    module = xcomp.compile(residual_conv_model(4 * lanes, 12, [1] * 4), target=target, progress=False)
+    (group,) = _groups(module, "conv")
+    assert "winograd" in group.name
+    assert module.info["schedules"][group.key]["source"] == "default"
+
+
+@pytest.mark.parametrize("shape", [dict(c_in=16, c_out=16, size=10, kernel=3, pad=1),
+                                   dict(c_in=32, c_out=32, size=7, kernel=3, pad=1),
+                                   dict(c_in=32, c_out=32, size=12, kernel=3, stride=2, pad=1)],
+                         ids=["few_channels", "small_image", "strided"])
+def test_convs_winograd_does_not_pay_for_stay_direct(shape, backend):
+    """Fewer than 4 channel vectors, an output under 8x8, a stride: the direct conv template."""
+    from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.conv import ConvTemplate
+
+    lanes = backend.spec.simd_width
+    shape = {**shape, "c_in": shape["c_in"] * lanes // 8, "c_out": shape["c_out"] * lanes // 8}
+    module = xcomp.compile(conv_model(**shape))
+    (group,) = _groups(module, "conv")
+    assert "winograd" not in group.name
+    assert isinstance(get_template(group.func, backend.spec), ConvTemplate)
 
 
 # -- the generic template ------------------------------------------------------------------------------------

@@ -173,17 +173,25 @@ def expr_text(expr) -> str:
 
 def flops_expr(func):
     """Arithmetic operations in one call: sum over leaf blocks of (iteration-space size x operations per
-    iteration), an int64 expression of the func's symbolic dims (a constant when every shape is static)."""
+    iteration), or of the count a block states (analysis.FLOPS); an int64 expression of the func's symbolic dims
+    (a constant when every shape is static)."""
     from tvm import s_tir, tirx
     from tvm.sym import Analyzer
+
+    from xcomp.schedules.analysis import FLOPS
 
     sch = s_tir.Schedule(func)
     total = tirx.IntImm("int64", 0)
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
         block = sch.get(block_rv)
+        extents = [iv.dom.extent for iv in block.iter_vars]
+        stated = block.annotations.get(FLOPS)
+        if stated is not None:  # its maker's count, to scale by the symbolic extents
+            total = total + _product([e for e in extents if _static(e) is None]) * int(stated)
+            continue
         ops = sum(_count_ops(store.value) for store in _block_stores(block.body))
         if ops:
-            total = total + _product([iv.dom.extent for iv in block.iter_vars]) * ops
+            total = total + _product(extents) * ops
     return Analyzer().simplify(total)
 
 

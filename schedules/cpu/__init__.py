@@ -3,11 +3,12 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 
 from __future__ import annotations
 
-from ..analysis import classify, symbolic_vars
+from ..analysis import WINOGRAD, classify, root_blocks, symbolic_vars
 from .common import CpuTemplate, GenericTemplate
 from .conv import ConvTemplate
 from .legalize import legalize_map
 from .matmul import MatmulTemplate
+from .winograd import WinogradTemplate
 
 _TEMPLATES = {"conv": ConvTemplate, "matmul": MatmulTemplate}
 
@@ -18,12 +19,20 @@ def get_template(func, spec) -> CpuTemplate:
     template a symbolic M and batch; each raises for the rest)."""
     kind = classify(func)
     template = _TEMPLATES.get(kind) if kind in ("conv", "matmul") or not symbolic_vars(func) else None
+    if kind == "conv" and _is_winograd(func):
+        template = WinogradTemplate
     if template is not None:
         try:
             return template(func, spec)
         except Exception:  # a func of this kind in a shape the template does not expect
             pass
     return GenericTemplate(func, spec, kind)
+
+
+def _is_winograd(func) -> bool:
+    from tvm import s_tir
+
+    return any(WINOGRAD in info.block.annotations for info in root_blocks(s_tir.Schedule(func), symbolic=True))
 
 
 __all__ = ["legalize_map", "get_template"]

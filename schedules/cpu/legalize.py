@@ -220,6 +220,25 @@ def _matmul_compute(a, n: int, k: int, weight_at):
     return te.compute((*batch, rows, n), lambda *idx: padded[idx], name="matmul_rows")
 
 
+def _winograd(bb, call, geometry):
+    """The blocked conv as a winograd_conv2d on its weight transformed here, or None where that does not apply
+    (winograd_tile) or the weight is not a constant."""
+    from tvm import relax
+
+    from .winograd import transform_weight, winograd_conv2d, winograd_tile
+
+    weight = constant_f32(call.args[1])
+    if weight is None or weight.ndim != 6:  # NCHW input (a stem): the direct conv
+        return None
+    out_hw = [int(d) for d in list(call.ty.shape)[2:4]]
+    tile = winograd_tile(weight.shape, geometry["strides"], geometry["dilation"], int(call.attrs.groups), out_hw)
+    if not tile:
+        return None
+    transformed = relax.const(transform_weight(weight, tile))
+    return bb.call_te(winograd_conv2d, call.args[0], transformed, padding=geometry["padding"], tile=tile,
+                      primfunc_name_hint="conv2d_winograd")
+
+
 def _conv2d(spec):
     lanes = spec.simd_width
     blocked = {(f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"),
@@ -232,6 +251,9 @@ def _conv2d(spec):
         geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
                     "dilation": [int(d) for d in attrs.dilation]}
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) in blocked:  # see xcomp/layout.py
+            winograd = _winograd(bb, call, geometry)
+            if winograd is not None:
+                return winograd
             conv = functools.partial(blocked_conv2d, spec=spec)  # emit_te passes TVM values only
             return bb.call_te(conv, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
         weight = constant_f32(call.args[1])
