@@ -134,6 +134,9 @@ def group_table(entry, top=25) -> Table:
                    fmt.ms(g["median_ms"]), fmt.ms(g["in_model_ms"]) if g.get("in_model_ms") is not None else "-",
                    f"{100 * g['share']:.1f}%", f"{g['gflops']:.2f}", f"{g['gbps']:.2f}",
                    fmt.pct(g["pct_of_roofline"]), g["schedule"].split(" (")[0], tuned])
+    if any("winograd" in g["group"] for g in entry["groups"]):
+        t.note += (" A winograd conv counts the direct conv's FLOPs (as other tools do), of which it runs about a "
+                   "quarter: its GFLOP/s and % of roofline can pass the peak.")
     if len(entry["groups"]) > top:
         t.note += f" Showing the {top} slowest of {len(entry['groups'])} unique groups (all are in report.json)."
     return t
