@@ -52,6 +52,18 @@ def tune_xcomp(task, backend, trials: int, seed: int) -> dict:
             "tuner_best_ms": task.best_ms, "best": task.best_knobs}
 
 
+def metaschedule_timing(timing: dict):
+    """MetaSchedule's EvaluatorConfig for xcomp's LocalRunner settings: with cold_weights, single runs after a
+    flush of every argument but the first, as ours."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if timing["cold_weights"]:
+        return ms.runner.EvaluatorConfig(number=1, repeat=timing["number"] * timing["repeat"], min_repeat_ms=0,
+                                         enable_cpu_cache_flush=True)
+    return ms.runner.EvaluatorConfig(number=timing["number"], repeat=timing["repeat"],
+                                     min_repeat_ms=timing["min_repeat_ms"])
+
+
 def tune_metaschedule(func, backend, trials: int, seed: int, per_iter: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
@@ -66,8 +78,7 @@ def tune_metaschedule(func, backend, trials: int, seed: int, per_iter: int) -> d
             func, target, work_dir, max_trials_global=trials, num_trials_per_iter=per_iter, seed=seed,
             builder=ms.builder.LocalBuilder(max_workers=backend.spec.cores, timeout_sec=60,
                                             f_build=build_without_tensor_intrin),
-            runner=ms.runner.LocalRunner(timeout_sec=30, evaluator_config=ms.runner.EvaluatorConfig(
-                number=timing["number"], repeat=timing["repeat"], min_repeat_ms=timing["min_repeat_ms"])),
+            runner=ms.runner.LocalRunner(timeout_sec=30, evaluator_config=metaschedule_timing(timing)),
             database="memory")
         wall_s = time.perf_counter() - start
         records = database.get_all_tuning_records()

@@ -60,10 +60,21 @@ def test_good_wrong_crash_hang_then_good_again(built):
     finally:
         runner.close()
     by = results
-    assert by[0].ok and len(by[0].latencies_ms) == 3 and by[0].median_ms > 0
+    assert by[0].ok and len(by[0].latencies_ms) == 2 * 3 and by[0].median_ms > 0  # cold: single runs
     assert by[1].error.startswith("wrong result")
     assert by[2].error.startswith("run: crashed")
     assert by[3].ok  # the runner restarted after the crash
     assert by[4].error == "run: timed out after 5s"
     assert by[5].ok  # and after the hang
     assert by[6].error == "build: invalid" and not by[6].ok
+
+
+def test_warm_timing_averages_number_runs_per_sample(built):
+    """Without cold_weights each of the `repeat` samples is the mean of `number` back-to-back runs, the inputs
+    staying in cache; with it (the default on CPUs) every run is flushed and timed alone."""
+    runner = LocalRunner(timeout_s=5, number=2, repeat=3, min_repeat_ms=1, cold_weights=False)
+    try:
+        result, = runner.run(built["ref"].artifact, [built["same"]], "cpu", [((N,), "float32"), ((N,), "float32")])
+    finally:
+        runner.close()
+    assert result.ok and len(result.latencies_ms) == 3

@@ -171,10 +171,14 @@ class Runner(abc.ABC):
 
 
 class LocalRunner(Runner):
-    """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer)."""
+    """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer).
+    cold_weights (CPU targets): number x repeat single runs, each after the weights and output are flushed from
+    the caches (bundle_run.check_and_time), instead of repeat means of number warm runs."""
 
-    def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20):
-        self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
+    def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
+                 cold_weights: bool = True):
+        self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
+                         "cold_weights": cold_weights}
         self._measurer = IsolatedMeasurer(timeout_s)
 
     def run(self, reference, builds, target, params, workload=None):
