@@ -101,8 +101,8 @@ def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: in
         racers = []
         for mode, guided in MODES.items():
             db = TuningDB(os.path.join(tmp, f"{mode}.sqlite"))
-            tuner = Tuner(backend, db, seed=seed, batch_size=batch_size, progress=False, guided=guided,
-                          pretrained=pretrained)
+            tuner = Tuner(backend, db, runner=workloads.runner(), seed=seed, batch_size=batch_size,
+                          progress=False, guided=guided, pretrained=pretrained)
             racers.append(Racer(name, mode, tuner, db, workloads.task(name, backend)))
         try:
             for racer in racers:

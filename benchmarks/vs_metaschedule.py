@@ -46,7 +46,7 @@ def tune_xcomp(task, backend, trials: int, seed: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="xcomp-vs-ms-") as tmp, TuningDB(os.path.join(tmp, "t.sqlite")) as db:
         start = time.perf_counter()
-        Tuner(backend, db, seed=seed, progress=False).tune([task], trials=trials)
+        Tuner(backend, db, runner=workloads.runner(), seed=seed, progress=False).tune([task], trials=trials)
         wall_s = time.perf_counter() - start
     return {"func": task.template.schedule(task.best_knobs), "wall_s": wall_s, "measured": task.trials - 1,
             "tuner_best_ms": task.best_ms, "best": task.best_knobs}
@@ -67,9 +67,7 @@ def metaschedule_timing(timing: dict):
 def tune_metaschedule(func, backend, trials: int, seed: int, per_iter: int) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
-    from xcomp.autotune.measure import LocalRunner
-
-    timing = LocalRunner().settings  # xcomp's measurement settings, so both searches see equally noisy numbers
+    timing = workloads.runner().settings  # xcomp's measurement settings, so both searches see equally noisy numbers
     target = backend.target()
     # its log handler writes each iteration's table to sys.stdout as it is when tuning starts: keep the table ours
     with tempfile.TemporaryDirectory(prefix="ms-") as work_dir, contextlib.redirect_stdout(sys.stderr):

@@ -46,6 +46,15 @@ def task(name: str, backend):
     return computing[0]
 
 
+def runner():
+    """The runner the benchmarks tune with: warm timing (LocalRunner(cold_weights=False)), because they re-time
+    the winners alone and warm, as numpy is timed; tuning cold (the default, for kernels inside a model) would
+    search for another objective than the one they report."""
+    from xcomp.autotune.measure import LocalRunner
+
+    return LocalRunner(cold_weights=False)
+
+
 def setup(parser, names: list):
     """(the workloads to run: `names`, all when empty; the cpu backend) for a benchmark's main, after checking the
     names and paying for the tensor_intrin import."""
