@@ -139,6 +139,18 @@ def test_measured_cpu_target(run):
     assert cpu["roofline_bound_predicted_ms"] == pytest.approx(sum(g["roofline_ms"] * g["count"] for g in groups))
 
 
+def test_group_table_says_a_winograd_group_can_pass_the_peak(run):
+    """A Winograd conv states the direct conv's FLOPs, so its rate can pass the peak: the groups table says so when
+    the model has one (and only then)."""
+    from xcomp.report.tables import group_table
+
+    cpu = target(run["report"], "cpu")
+    assert "winograd" not in group_table(cpu).note
+    winograd = copy.deepcopy(cpu)
+    winograd["groups"][0]["group"] = "fused_conv2d_winograd_add_relu"
+    assert "A winograd conv counts the direct conv's FLOPs" in group_table(winograd).note
+
+
 def test_cpu_rates_are_set_against_roofs_measured_here(run):
     """The spec's peak is nominal (the cpuinfo clock, which turbo exceeds): this run measured the CPU's own, and
     the groups' roofline and the report's text use it."""
