@@ -140,8 +140,13 @@ def _volume(extents) -> int:
     return n
 
 
+def is_winograd(infos) -> bool:
+    """Are these blocks a Winograd conv's stages (cpu/winograd.py)?"""
+    return any(WINOGRAD in info.block.annotations for info in infos)
+
+
 def classify_blocks(infos) -> str:
-    if any(WINOGRAD in info.block.annotations for info in infos):
+    if is_winograd(infos):
         return "conv"
     main = main_reduction(infos)
     if main is None:
@@ -173,4 +178,4 @@ def symbolic_vars(func) -> list:
 
 
 __all__ = ["KINDS", "WINOGRAD", "FLOPS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window",
-           "main_reduction", "classify_blocks", "classify", "symbolic_vars"]
+           "main_reduction", "is_winograd", "classify_blocks", "classify", "symbolic_vars"]

@@ -3,7 +3,7 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 
 from __future__ import annotations
 
-from ..analysis import WINOGRAD, classify, root_blocks, symbolic_vars
+from ..analysis import classify, is_winograd, root_blocks, symbolic_vars
 from .common import CpuTemplate, GenericTemplate
 from .conv import ConvTemplate
 from .legalize import legalize_map
@@ -32,7 +32,7 @@ def get_template(func, spec) -> CpuTemplate:
 def _is_winograd(func) -> bool:
     from tvm import s_tir
 
-    return any(WINOGRAD in info.block.annotations for info in root_blocks(s_tir.Schedule(func), symbolic=True))
+    return is_winograd(root_blocks(s_tir.Schedule(func), symbolic=True))
 
 
 __all__ = ["legalize_map", "get_template"]

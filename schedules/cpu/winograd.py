@@ -125,7 +125,8 @@ def winograd_conv2d(data, weight, padding, tile: int):
                         attrs=annotate(0))
     transformed = te.compute(
         (alpha, alpha, n, cblocks, tiles, lanes),
-        lambda e, nu, b, c, p, v: _by_index(e, [_linear(b_matrix[:, k], [rows_d[b, c, p, i, nu, v] for i in range(alpha)])
+        lambda e, nu, b, c, p, v: _by_index(e, [_linear(b_matrix[:, k],
+                                                        [rows_d[b, c, p, i, nu, v] for i in range(alpha)])
                                                 for k in range(alpha)]),
         name="winograd_input", attrs=annotate(0))
     rc = te.reduce_axis((0, channels), "rc")
@@ -179,11 +180,10 @@ class WinogradTemplate(CpuTemplate):
         schedule of the wider broadcast set was not)."""
         space = self.knob_space()
         tiles = [{"tile_block": t, "co_block": c} for t in space["tile_block"] for c in space["co_block"]]
-        best = max((k for k in tiles if self.valid(k)),
+        return max((k for k in tiles if self.valid(k)),
                    key=lambda k: (round(tile_fma_rate(k["tile_block"] * k["co_block"],
                                                       k["tile_block"] + k["co_block"]), 1),
                                   k["co_block"], -k["tile_block"]))
-        return best
 
     def apply(self, sch, knobs):
         inline_injective(sch)  # the padding into the rows; the output transform into the epilogue
