@@ -99,9 +99,11 @@ def test_crashing_hanging_and_wrong_candidates_are_failure_records(tmp_path):
     with TuningDB(tmp_path / "t.sqlite") as db:
         summary = import_results(str(folder), db)
         errors = {canonical_knobs(r.knobs): r.error for r in db.records()}
+        timed = [r.latencies_ms for r in db.records() if r.ok]
     assert summary["imported"] == 7 and summary["not_measured"] == 0
     got = [errors[canonical_knobs(b.knobs)] for b in builds]
     assert got[0] is None and got[3] is None and got[5] is None
+    assert [len(t) for t in timed] == [2 * 3] * 3  # a CPU bundle times cold weights, as locally: single runs
     assert got[1].startswith("wrong result")
     assert got[2].startswith("run: crashed")
     assert got[4] == "run: timed out after 3s"

@@ -29,10 +29,11 @@ class BundleRunner(Runner):
     """Queues every batch it is given into a bundle folder (see the module doc) instead of measuring it."""
 
     def __init__(self, folder, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
-                 startup_grace_s: float = 120.0):
+                 startup_grace_s: float = 120.0, cold_weights: bool = True):
         self.folder = os.path.abspath(folder)
+        # cold_weights: as LocalRunner; it applies on CPU targets only (bundle_run.check_and_time)
         self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "timeout_s": timeout_s,
-                         "startup_grace_s": startup_grace_s}
+                         "startup_grace_s": startup_grace_s, "cold_weights": cold_weights}
         self.manifest = None  # the bundle being filled; close() writes it
         self.imported = None  # import_results' summary of what begin() found
         self._workload_ids = {}

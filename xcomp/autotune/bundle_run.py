@@ -140,7 +140,7 @@ class IsolatedMeasurer:
 
     def measure(self, request: dict) -> dict:
         """request: device ("cpu", "cuda", "rocm"), reference, artifact (library paths), params [(shape, dtype)],
-        seed, number, repeat, min_repeat_ms -> {"latencies_ms": [...]} or {"error": reason}."""
+        seed, number, repeat, min_repeat_ms, cold_weights -> {"latencies_ms": [...]} or {"error": reason}."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
         self._conn.send(request)
@@ -241,7 +241,8 @@ def run_bundle(folder, log=print) -> dict:
             request = {"device": manifest["device"], "reference": os.path.join(folder, workload["reference"]),
                        "artifact": os.path.join(folder, item["artifact"]), "params": workload["params"],
                        "seed": workload["seed"], "number": settings["number"], "repeat": settings["repeat"],
-                       "min_repeat_ms": settings["min_repeat_ms"]}
+                       "min_repeat_ms": settings["min_repeat_ms"],
+                       "cold_weights": settings.get("cold_weights", False)}  # older bundles timed warm
             reply = measurer.measure(request)
             doc["results"][item["id"]] = {k: reply[k] for k in ("latencies_ms", "error") if k in reply}
             write_json(results_path, doc)

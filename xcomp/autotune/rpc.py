@@ -29,10 +29,13 @@ def parse_tracker(text: str) -> tuple:
 
 class RPCRunner(Runner):
     def __init__(self, host: str, port: int, key: str, timeout_s: float = 30.0, number: int = 3, repeat: int = 5,
-                 min_repeat_ms: int = 20, startup_grace_s: float = 60.0, request_timeout_s: float = 60.0):
+                 min_repeat_ms: int = 20, startup_grace_s: float = 60.0, request_timeout_s: float = 60.0,
+                 cold_weights: bool = True):
         self.host, self.port, self.key = host, port, key
         self.timeout_s, self.startup_grace_s, self.request_timeout_s = timeout_s, startup_grace_s, request_timeout_s
-        self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "seed": INPUT_SEED}
+        # cold_weights: as LocalRunner (a remote CPU ranks candidates as they run inside a model)
+        self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "seed": INPUT_SEED,
+                         "cold_weights": cold_weights}
         self._references = {}  # reference_outputs' cache: each reference runs once per tuning run
         self._session = None
         self._fresh = True  # the first session also pays for the first kernel compilation there
@@ -83,11 +86,11 @@ class RPCRunner(Runner):
             self._session = None
 
     def run(self, reference, builds, target, params, workload=None):
-        request = {"reference": reference, "params": params, **self.settings}
+        request = {"device": device_kind(target), "reference": reference, "params": params, **self.settings}
 
         def measure(build):
             fresh, self._fresh = self._fresh, False
-            return self._measure(device_kind(target), {**request, "artifact": build.artifact},
+            return self._measure(request["device"], {**request, "artifact": build.artifact},
                                  self.timeout_s + (self.startup_grace_s if fresh else 0.0))
 
         return self._measure_each(builds, measure)
