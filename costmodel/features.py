@@ -24,7 +24,7 @@ PER_STORE = 164
 KNOB_NAMES = (
     "block_x", "block_y", "ci_chunk", "co_block", "frags_m", "frags_n", "k_frags", "micro_k", "micro_x",
     "micro_y", "mr", "nr", "oh_block", "order", "ow_block", "pack_b", "pad", "parallel", "pixel_block", "unroll",
-    "unroll_k", "unroll_kw", "vector", "vectorize", "warps_m", "warps_n", "tile_block",
+    "unroll_k", "unroll_kw", "vector", "vectorize", "warps_m", "warps_n", "tile_block", "prefetch",
 )
 KNOB_SLOTS = 32
 _KNOB_SLOT = {name: slot for slot, name in enumerate(KNOB_NAMES)}

@@ -87,4 +87,9 @@ class Template(abc.ABC):
 
         sch = s_tir.Schedule(self.func)
         self.apply(sch, self.default_knobs() if knobs is None else knobs)
-        return sch.mod["main"]
+        return self.finish(sch.mod["main"])
+
+    def finish(self, func):
+        """The scheduled PrimFunc with what schedule primitives cannot express added (the CPU conv template's
+        software prefetch); by default unchanged."""
+        return func

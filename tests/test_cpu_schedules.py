@@ -4,8 +4,8 @@ model (default configs) what onnxruntime computes.
 
 Families: matmul (packed-weight GEMV and GEMM, runtime-operand batch matmul NN and NT, a scalar tile), conv
 (plain, strided, padded, grouped, depthwise, batch-norm epilogue) and the generic template (pools, softmax,
-reductions). Configs are applied with `Template.apply`, not `schedule`, so a config that fails to apply fails
-the test instead of falling back to the default.
+reductions). Configs are applied with `Template.apply` and `finish`, not `schedule`, so a config that fails to
+apply fails the test instead of falling back to the default.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
         knob_vector(knobs)
         sch = s_tir.Schedule(func)
         template.apply(sch, knobs)
-        for got, want in zip(_run(sch.mod["main"], arrays, backend), reference):
+        for got, want in zip(_run(template.finish(sch.mod["main"]), arrays, backend), reference):
             if np.issubdtype(want.dtype, np.floating):
                 np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=str(knobs))
     return configs
@@ -394,6 +394,52 @@ def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, 
     assert template.blocked_input and template.default_knobs()["ci_chunk"] == 2
     assert template.knob_space()["ci_chunk"] == [0, 1, 2]
     check_configs(group.func, template, backend, samples=6, enumerated=2)
+
+
+def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct_convs):
+    """A 7x7 conv walking channel tiles prefetches, during each tile's later rows, every cache line of the weights
+    of the tile after it, each once (the prefetches recorded instead of issued, on both cores), nothing of the
+    first tile and nothing past the last; the default turns it on for few pixels (here) and off for many."""
+    import dataclasses
+
+    import tvm
+    from tvm import s_tir, tirx
+
+    from xcomp.autotune.measure import func_params, random_args
+    from xcomp.schedules.cpu import prefetch
+    from xcomp.schedules.cpu.conv import ConvTemplate
+
+    lanes = backend.spec.simd_width
+    module = xcomp.compile(conv_model(c_in=2 * lanes, c_out=4 * lanes, size=7, kernel=3, pad=1))
+    (group,) = _groups(module, "conv")
+    spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+    template = ConvTemplate(group.func, spec)
+    knobs = {**template.default_knobs(), "co_block": 1, "oh_block": 1, "order": "co_outer"}
+    assert template.default_knobs()["prefetch"] and template.valid({**knobs, "prefetch": True})
+    assert not template.valid({**knobs, "prefetch": True, "order": "oh_outer"})
+    assert not ConvTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=200e9)).default_knobs()["prefetch"]
+
+    sch = s_tir.Schedule(group.func)
+    template.apply(sch, {**knobs, "prefetch": True})
+    marked = sch.mod["main"]
+    weight = next(p for p in marked.params if len(p.shape) == 6)
+    per_line = prefetch.LINE_BYTES // 4
+    tile_lines = math.prod(int(d) for d in weight.shape[1:]) // per_line
+    tiles = int(weight.shape[0])
+    log = tirx.decl_buffer((tiles * tile_lines,), "int32", name="log")
+
+    def record(lines, index):  # count the prefetches of each line instead of issuing them
+        return tirx.BufferStore(log, log[index // per_line] + 1, [index // per_line])
+
+    recorded = prefetch.insert(marked, emit=record)
+    func = tirx.PrimFunc(list(recorded.params) + [log], recorded.body, attrs=recorded.attrs)
+    counts = _run(func, random_args(func_params(group.func), 0) + [np.zeros(tiles * tile_lines, np.int32)], backend)[-1]
+    assert counts[:tile_lines].sum() == 0
+    assert (counts[tile_lines:] == 1).all(), np.unique(counts[tile_lines:], return_counts=True)
+
+    finished = template.schedule({**knobs, "prefetch": True}).script()
+    assert "T.prefetch" in finished and "xcomp.prefetch" not in finished
+    assert "T.prefetch" not in template.schedule({**knobs, "prefetch": False}).script()
 
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),

@@ -1,0 +1,123 @@
+"""Software prefetch of a conv's next channel tile of weights: the one thing in these schedules that no schedule
+primitive can place.
+
+A direct conv that walks output-channel tiles (order co_outer) reads a tile's weights from memory during the
+tile's first output row and from the L2 during the others. Inside a model the weights were last used an
+inference ago, so that first row stalls on the stream while the other rows leave the memory bus idle (resnet50's
+7x7 stage streams 4-9 MB of weights per conv). So from the tile's second row on, each core prefetches into its
+L2 the weights of the tile it runs next, a few cache lines per step of a reduction loop, spread evenly over the
+rest of the tile. Weights of one channel tile are contiguous in the packed layout ([O/V, ...]), so the next
+tile's are the `slabs` slabs after this one.
+
+The template marks two loops while scheduling (`mark`): the loop over (channel tile, row) pairs and the reduction
+loop to prefetch from, whose annotation carries the plan. `insert` turns the marks into prefetch instructions
+on the scheduled PrimFunc and removes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TILE_ROWS = "xcomp.prefetch_tile_rows"  # the loop over (channel tile, row) pairs: tile-major, `rows` per tile
+STEP = "xcomp.prefetch_next_tile"  # the loop whose every iteration prefetches a few lines
+LINE_BYTES = 64
+L2_HINT = 2  # tirx.prefetch locality 2: x86 prefetcht1, into the L2
+
+
+def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int, slabs: int) -> None:
+    """Plan a prefetch: `tile_rows` runs tiles x rows iterations (tile-major, the batch may be outside or fused
+    in front), `step` is a loop inside it, `weight` the packed weight's buffer name whose `slabs` leading slabs
+    make one tile."""
+    sch.annotate(tile_rows, TILE_ROWS, 1)
+    sch.annotate(step, STEP, {"weight": weight, "tiles": tiles, "rows": rows, "slabs": slabs})
+
+
+def insert(func, emit=None):
+    """`func` with its marks turned into prefetches; unchanged when it has none. emit(lines, index) -> Stmt makes
+    each prefetch of element `index` of `lines` (the weight viewed flat); by default the prefetch instruction
+    (a test makes it record what would be prefetched)."""
+    params = {getattr(p, "name", None): p for p in func.params}
+    body = _rebuild(func.body, [], params, emit or _prefetch_instruction)
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+def _prefetch_instruction(lines, index):
+    from tvm import tirx
+
+    address = tirx.address_of(tirx.BufferLoad(lines, [index]))
+    return tirx.Evaluate(tirx.call_intrin("", "tirx.prefetch", address, 0, L2_HINT, 1))
+
+
+def _rebuild(stmt, path, params, emit):
+    """Rebuild the nest down to every marked loop (path: the For loops around `stmt`, outermost first)."""
+    from tvm.s_tir.stmt import SBlock, SBlockRealize
+    from tvm.tirx import For, SeqStmt
+
+    if isinstance(stmt, For):
+        body = _rebuild(stmt.body, path + [stmt], params, emit)
+        plan = stmt.annotations.get(STEP) if stmt.annotations else None
+        if plan is not None:
+            prefetch = _prefetch(path + [stmt], plan, params, emit)
+            if prefetch is not None:
+                body = SeqStmt([*prefetch, body])
+        keep = {k: v for k, v in (stmt.annotations or {}).items() if k not in (TILE_ROWS, STEP)}
+        if body.same_as(stmt.body) and len(keep) == len(stmt.annotations or {}):
+            return stmt
+        return For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, keep)
+    if isinstance(stmt, SeqStmt):
+        seq = [_rebuild(s, path, params, emit) for s in stmt.seq]
+        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else SeqStmt(seq)
+    if isinstance(stmt, SBlockRealize):
+        block = stmt.block
+        body = _rebuild(block.body, path, params, emit)
+        if body.same_as(block.body):
+            return stmt
+        block = SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
+                       block.alloc_buffers, block.match_buffers, block.annotations)
+        return SBlockRealize(stmt.iter_values, stmt.predicate, block)
+    return stmt
+
+
+def _prefetch(path, plan, params, emit):
+    """[DeclBuffer, IfThenElse] prefetching this step's share of the next tile, or None when the plan cannot
+    hold (no marked tile loop around it, a symbolic step loop)."""
+    from tvm import tirx
+    from tvm.tirx import DeclBuffer, For, ForKind, IfThenElse
+
+    outer = next((i for i, loop in enumerate(path) if loop.annotations and TILE_ROWS in loop.annotations), None)
+    weight = params.get(str(plan["weight"]))
+    steps_loops = path[outer + 1:] if outer is not None else []
+    if weight is None or not steps_loops or not all(hasattr(loop.extent, "value") for loop in steps_loops):
+        return None
+    tiles, rows, slabs = int(plan["tiles"]), int(plan["rows"]), int(plan["slabs"])
+    shape = [int(d) for d in weight.shape]
+    tile_elems = slabs * math.prod(shape[1:])
+    per_line = max(1, LINE_BYTES // np.dtype(str(weight.dtype)).itemsize)
+    lines = -(-tile_elems // per_line)
+    steps = math.prod(int(loop.extent) for loop in steps_loops)
+    if rows < 2:
+        return None
+    per_step = -(-lines // ((rows - 1) * steps))
+
+    tile_row = path[outer].loop_var
+    dtype = str(tile_row.ty)
+
+    def const(x):
+        return tirx.const(x, dtype)
+
+    step = const(0)
+    for loop in steps_loops:
+        step = step * loop.extent + (loop.loop_var - loop.min)
+    row, tile = tile_row % rows, tile_row // rows % tiles
+    t = tirx.Var("prefetch_line", dtype)
+    line = ((row - 1) * steps + step) * per_step + t
+    flat = tirx.decl_buffer((math.prod(shape),), weight.dtype, name=f"{weight.name}_lines", data=weight.data)
+    fetch = emit(flat, (tile + 1) * tile_elems + line * per_line)
+    lines_loop = For(t, const(0), const(per_step), ForKind.SERIAL, IfThenElse(line < lines, fetch, None))
+    return [DeclBuffer(flat, data=weight.data),
+            IfThenElse(tirx.all(row >= 1, tile + 1 < tiles), lines_loop, None)]
+
+
+__all__ = ["mark", "insert"]
