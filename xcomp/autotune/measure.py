@@ -173,7 +173,8 @@ class Runner(abc.ABC):
 class LocalRunner(Runner):
     """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer).
     cold_weights (CPU targets): number x repeat single runs, each after the weights and output are flushed from
-    the caches (bundle_run.check_and_time), instead of repeat means of number warm runs."""
+    the caches and the data input is written anew by all threads, as its producer would have (bundle_run.
+    check_and_time, producer_written), instead of repeat means of number warm runs."""
 
     def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
                  cold_weights: bool = True):

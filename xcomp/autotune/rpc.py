@@ -33,7 +33,8 @@ class RPCRunner(Runner):
                  cold_weights: bool = True):
         self.host, self.port, self.key = host, port, key
         self.timeout_s, self.startup_grace_s, self.request_timeout_s = timeout_s, startup_grace_s, request_timeout_s
-        # cold_weights: as LocalRunner (a remote CPU ranks candidates as they run inside a model)
+        # cold_weights: as LocalRunner, but the data input is not rewritten before each run (a stock
+        # rpc_server has TVM's cache flush only; bundle_run.producer_written)
         self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "seed": INPUT_SEED,
                          "cold_weights": cold_weights}
         self._references = {}  # reference_outputs' cache: each reference runs once per tuning run
@@ -86,7 +87,8 @@ class RPCRunner(Runner):
             self._session = None
 
     def run(self, reference, builds, target, params, workload=None):
-        request = {"device": device_kind(target), "reference": reference, "params": params, **self.settings}
+        request = {"device": device_kind(target), "reference": reference, "params": params, "rpc_session": True,
+                   **self.settings}
 
         def measure(build):
             fresh, self._fresh = self._fresh, False
