@@ -78,3 +78,21 @@ def test_warm_timing_averages_number_runs_per_sample(built):
     finally:
         runner.close()
     assert result.ok and len(result.latencies_ms) == 3
+
+
+def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values():
+    """Before each cold run the data input is written anew by every thread (as its producer would have): the
+    kernel then reads the same values, whatever the size, including sizes the threads do not split evenly."""
+    import numpy as np
+    import tvm
+
+    from xcomp.autotune.bundle_run import producer_written
+
+    for shape in [(7,), (3, 5, 11), (1, 64, 56, 16)]:
+        data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        args = [tvm.runtime.tensor(data), tvm.runtime.tensor(np.ones(3, np.float32))]
+        preprocess = tvm.get_global_func(producer_written(args))
+        args[0].copyfrom(np.zeros(shape, np.float32))  # what a candidate that scribbled on its input would leave
+        preprocess(*args)
+        np.testing.assert_array_equal(args[0].numpy(), data)
+        np.testing.assert_array_equal(args[1].numpy(), np.ones(3, np.float32))
