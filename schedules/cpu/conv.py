@@ -285,12 +285,12 @@ class ConvTemplate(CpuTemplate):
             knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"], self.ci_blocks, self.taps)
         # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
         knobs["order"] = "co_outer"
-        if not self.depthwise:
-            knobs["prefetch"] = self._weight_bound() and self.out_h // knobs["oh_block"] >= 2
         if self.depthwise:
             knobs.update(vectorize="channels", vector=self._vector_choices()[0], pixel_block=1)
             if self.unit_stride and self.out_w >= self.spec.simd_width:
                 knobs.update(self._default_columns())
+        else:
+            knobs["prefetch"] = self._weight_bound() and self.out_h // knobs["oh_block"] >= 2
         return knobs
 
     def _default_columns(self):
