@@ -502,8 +502,10 @@ def build_parser():
                                    "candidates in isolated processes, then measure each group's 3 fastest "
                                    "configs and its default once more (a few seconds per group, after --time runs "
                                    "out), keeping the slower run of each, until the fastest has been measured "
-                                   "twice. Every measured batch is committed to the database: an interrupted run "
-                                   "keeps everything and a rerun resumes.")
+                                   "twice. On a CPU each timed run starts as it would inside the model: the group's "
+                                   "weights and output flushed from the caches, its data input just written by "
+                                   "every thread. Every measured batch is committed to the database: an "
+                                   "interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
     p.add_argument("--trials", type=int, help="total measured candidates, besides each group's default, which is "
