@@ -73,12 +73,12 @@ def test_cpu_round_trips_import_and_resume(tmp_path):
         records = d.records()
     fingerprint = get_backend("cpu").spec.fingerprint()
     assert len(records) == 9 and all(r.ok and r.hw_fingerprint == fingerprint and r.target == "cpu"
-                                     for r in records)
+                                     and r.timing == runner.timing("cpu") for r in records)
     assert {canonical_knobs(r.knobs) for r in records} == measured | queued
 
 
 def _workload():
-    return Workload("k-test", "elementwise", "cpu", get_backend("cpu").spec.fingerprint(), 1)
+    return Workload("k-test", "elementwise", "cpu", get_backend("cpu").spec.fingerprint(), 1, "warm")
 
 
 def test_crashing_hanging_and_wrong_candidates_are_failure_records(tmp_path):

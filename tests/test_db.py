@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -88,3 +90,52 @@ def test_not_a_database(tmp_path):
 
     with pytest.raises(UserError, match="not a usable SQLite database"):
         TuningDB(bad)
+
+
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY, workload_key TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL,
+    hw_fingerprint TEXT NOT NULL, knobs TEXT NOT NULL, features_version INTEGER NOT NULL,
+    latencies_ms TEXT NOT NULL, median_ms REAL, error TEXT, created REAL NOT NULL,
+    UNIQUE (workload_key, target, hw_fingerprint, knobs));
+CREATE INDEX records_by_workload ON records (workload_key, target, hw_fingerprint, median_ms);
+INSERT INTO records VALUES (1, 'k', 'conv', 'cpu', 'fp', '{"tile":1}', 3, '[1.0,1.0]', 1.0, NULL, 100.0);
+INSERT INTO records VALUES (2, 'k', 'conv', 'cpu', 'fp', '{"tile":2}', 3, '[]', NULL, 'run timed out', 101.0);
+"""
+
+
+def test_a_schema_1_database_is_upgraded_keeping_every_record(tmp_path):
+    """Its records say they were timed in a way nobody recorded; the same knobs timed now are a record of their
+    own, and `best` can keep the two apart."""
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_1)
+    with TuningDB(path) as db:
+        old = db.records()
+        assert [(r.knobs, r.latencies_ms, r.error, r.features_version, r.created, r.timing) for r in old] == [
+            ({"tile": 1}, [1.0, 1.0], None, 3, 100.0, "unrecorded"),
+            ({"tile": 2}, [], "run timed out", 3, 101.0, "unrecorded")]
+        assert db.add_batch([Record("k", "conv", "cpu", "fp", {"tile": 1}, [2.0], timing="cold")]) == 1
+        assert db.best("k", "cpu", "fp", timing="cold") == ({"tile": 1}, 2.0)
+        assert db.best("k", "cpu", "fp", timing="unrecorded") == ({"tile": 1}, 1.0)
+        assert db.latest_timing("k", "cpu", "fp") == "cold"
+        assert db.measured_knobs("k", "cpu", "fp", timing="cold") == {'{"tile":1}'}
+    with TuningDB(path) as db:  # opened again: already upgraded
+        assert db.count() == 3 and db.count(timing="unrecorded") == 2
+
+
+def test_jsonl_lines_without_a_timing_are_unrecorded(tmp_path):
+    """A line exported before records said how they were timed imports as such, beside the same candidate
+    timed now; an export says each record's timing."""
+    line = {k: v for k, v in rec(0).to_json().items() if k != "timing"}
+    (tmp_path / "old.jsonl").write_text(json.dumps(line) + "\n")
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        assert db.import_jsonl(tmp_path / "old.jsonl") == (1, 0)
+        assert db.add_batch([dataclasses.replace(rec(0), timing="warm")]) == 1
+        db.export_jsonl(tmp_path / "new.jsonl")
+    exported = [json.loads(x)["timing"] for x in (tmp_path / "new.jsonl").read_text().splitlines()]
+    assert exported == ["unrecorded", "warm"]

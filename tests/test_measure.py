@@ -96,3 +96,16 @@ def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values():
         preprocess(*args)
         np.testing.assert_array_equal(args[0].numpy(), data)
         np.testing.assert_array_equal(args[1].numpy(), np.ones(3, np.float32))
+
+
+def test_each_runner_says_how_it_times_what_it_measures(tmp_path):
+    """Records store it: a runner's timing label must follow the settings check_and_time acts on."""
+    from xcomp.autotune.bundle import BundleRunner
+    from xcomp.autotune.rpc import RPCRunner
+
+    producer = "cold weights, producer-written input"
+    assert LocalRunner().timing("cpu") == BundleRunner(tmp_path / "b").timing("cpu") == producer
+    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu") == "cold weights, flushed input"
+    for runner, target in ((LocalRunner(cold_weights=False), "cpu"), (LocalRunner(), "cuda:sm_90"),
+                           (RPCRunner("127.0.0.1", 9190, "k", cold_weights=False), "cpu")):
+        assert runner.timing(target) == "warm"

@@ -82,6 +82,9 @@ class _FakeBuilder:
 class _FakeRunner:
     """A made-up latency per config, the same in every process."""
 
+    def timing(self, target):
+        return "made up"
+
     def run(self, reference, builds, target, params, workload=None):
         from xcomp.autotune.measure import MeasureResult
         from xcomp.db import canonical_knobs
@@ -347,3 +350,42 @@ def test_default_and_best_are_confirmed_alike(tmp_path):
     (row,) = summary([task])
     best_first = min(1.0 + zlib.crc32(k.encode()) % 1000 / 1000 for k in task.measured)
     assert row["speedup"] == pytest.approx(first / best_first)
+
+
+class _TimingRunner(_FakeRunner):
+    """The made-up latencies as `remap`(ms) gives them, as a runner that times its own way (`timing`) would."""
+
+    def __init__(self, timing, remap):
+        self._timing, self.remap = timing, remap
+
+    def timing(self, target):
+        return self._timing
+
+    def run(self, reference, builds, target, params, workload=None):
+        results = super().run(reference, builds, target, params, workload)
+        for result in results:
+            result.latencies_ms = [self.remap(ms) for ms in result.latencies_ms]
+        return results
+
+
+def test_records_timed_another_way_are_neither_resumed_nor_chosen(tmp_path):
+    """A database tuned with warm timing (numbers 10x lower, in another order), then tuned again with cold
+    timing: the second run measures every config it tries itself, and compile --db chooses among the newest
+    run's records only (the warm ones would all look faster)."""
+    from xcomp.autotune.tuner import Tuner, best_knobs_from_db, model_tasks
+    from xcomp.backends import get_backend
+
+    backend = get_backend("cpu")
+    path = tmp_path / "t.sqlite"
+    for timing, remap in (("warm", lambda ms: (3.0 - ms) / 10), ("cold", lambda ms: ms)):
+        with TuningDB(path) as db:
+            tuner = Tuner(backend, db, seed=0, runner=_TimingRunner(timing, remap), builder=_FakeBuilder(),
+                          progress=False, guided=False)
+            (task,) = tuner.tune(model_tasks(_gemm_model(), backend, None)[0], trials=8)
+        assert task.trials == 9  # the default and 8 trials, none taken from the other timing's records
+        assert all(1.0 <= ms < 2.0 for ms in task.measured.values()) == (timing == "cold")
+    with TuningDB(path) as db:
+        assert db.count(timing="warm") == db.count(timing="cold") == 9
+        fastest_warm, _ = db.best(task.group.key, backend.target_string, timing="warm")
+    (chosen,) = best_knobs_from_db(path, [task.group], backend.target_string, backend.spec.fingerprint()).values()
+    assert chosen == task.best_knobs != fastest_warm

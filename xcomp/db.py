@@ -2,7 +2,8 @@
 
 SQLite in WAL mode; one transaction per measured batch, so a tuner killed with SIGKILL loses nothing it had
 already committed, and a resumed run can skip every candidate it has measured. JSONL export/import moves records
-between machines (the hardware fingerprint keeps measurements from different machines apart).
+between machines (the hardware fingerprint keeps measurements from different machines apart, the measure version
+those timed in different ways).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import time
 
 from xcomp.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The timing of records written before records said how they were timed (schema 1, JSONL lines without it).
+UNRECORDED_TIMING = "unrecorded"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+_RECORDS_TABLE = """
 CREATE TABLE IF NOT EXISTS records (
     id INTEGER PRIMARY KEY,
     workload_key TEXT NOT NULL,     -- the operator group's structural key
@@ -32,9 +34,16 @@ CREATE TABLE IF NOT EXISTS records (
     median_ms REAL,                 -- NULL when the candidate failed
     error TEXT,                     -- NULL on success; build/run/timeout/wrong-result message otherwise
     created REAL NOT NULL,
-    UNIQUE (workload_key, target, hw_fingerprint, knobs)
-);
-CREATE INDEX IF NOT EXISTS records_by_workload ON records (workload_key, target, hw_fingerprint, median_ms);
+    timing TEXT NOT NULL,           -- how the candidate was timed (bundle_run.timing_method): only records
+                                    -- timed the same way compare
+    UNIQUE (workload_key, target, hw_fingerprint, knobs, timing)
+)"""
+_RECORDS_INDEX = ("CREATE INDEX IF NOT EXISTS records_by_workload ON records (workload_key, target, hw_fingerprint,"
+                  " median_ms)")
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+{_RECORDS_TABLE};
+{_RECORDS_INDEX};
 """
 
 
@@ -42,14 +51,15 @@ def canonical_knobs(knobs: dict) -> str:
     return json.dumps(knobs, sort_keys=True, separators=(",", ":"))
 
 
-_INSERT = (" INTO records (workload_key, kind, target, hw_fingerprint, knobs, features_version, latencies_ms,"
-           " median_ms, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)")
+_COLUMNS = ("workload_key, kind, target, hw_fingerprint, knobs, features_version, latencies_ms, median_ms, error,"
+            " created, timing")
+_INSERT = f" INTO records ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 
 def _row(r) -> tuple:
     """A record's values in _INSERT's column order."""
     return (r.workload_key, r.kind, r.target, r.hw_fingerprint, canonical_knobs(r.knobs), r.features_version,
-            json.dumps(r.latencies_ms), r.median_ms, r.error, r.created)
+            json.dumps(r.latencies_ms), r.median_ms, r.error, r.created, r.timing)
 
 
 @dataclasses.dataclass
@@ -63,6 +73,7 @@ class Record:
     error: str | None = None
     features_version: int = 1
     created: float = dataclasses.field(default_factory=time.time)
+    timing: str = UNRECORDED_TIMING
 
     @property
     def ok(self) -> bool:
@@ -98,10 +109,36 @@ class TuningDB:
             self._conn.executescript(_SCHEMA)
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             version = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+            if int(version) == 1:
+                version = self._upgrade_from_1()
         except sqlite3.DatabaseError as err:
             raise UserError(f"tuning database {self.path}: not a usable SQLite database ({err})") from None
         if int(version) != SCHEMA_VERSION:
             raise UserError(f"tuning database {self.path}: schema {version}, this xcomp reads {SCHEMA_VERSION}")
+
+    def _upgrade_from_1(self) -> int:
+        """Schema 1 -> 2 in one transaction: every record gains the timing UNRECORDED_TIMING (they were timed
+        warm or cold, nobody knows which now), and the same knobs may be recorded once per timing. Returns the
+        schema version now stored."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+            if int(version) == 1:  # (another process may have upgraded it while this one waited)
+                old_columns = _COLUMNS.replace(", timing", "")
+                self._conn.execute("ALTER TABLE records RENAME TO records_schema1")
+                self._conn.execute("DROP INDEX records_by_workload")
+                self._conn.execute(_RECORDS_TABLE)  # (not executescript: it would commit first)
+                self._conn.execute(_RECORDS_INDEX)
+                self._conn.execute(f"INSERT INTO records ({_COLUMNS}) SELECT {old_columns}, ?"
+                                   " FROM records_schema1", (UNRECORDED_TIMING,))
+                self._conn.execute("DROP TABLE records_schema1")
+                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+                version = SCHEMA_VERSION
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return int(version)
 
     def close(self):
         self._conn.close()
@@ -135,10 +172,10 @@ class TuningDB:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             for r in records:
-                key = (r.workload_key, r.target, r.hw_fingerprint, canonical_knobs(r.knobs))
+                key = (r.workload_key, r.target, r.hw_fingerprint, canonical_knobs(r.knobs), r.timing)
                 row = self._conn.execute(
                     "SELECT id, latencies_ms, error FROM records WHERE workload_key = ? AND target = ? AND "
-                    "hw_fingerprint = ? AND knobs = ?", key).fetchone()
+                    "hw_fingerprint = ? AND knobs = ? AND timing = ?", key).fetchone()
                 if row is None:
                     self._conn.execute("INSERT" + _INSERT, _row(r))
                 elif r.error is not None or row[2] is not None:
@@ -154,41 +191,48 @@ class TuningDB:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
-    def _where(self, workload_key=None, target=None, hw_fingerprint=None, successful=False):
+    def _where(self, workload_key=None, target=None, hw_fingerprint=None, timing=None, successful=False):
         clauses, args = (["median_ms IS NOT NULL"] if successful else []), []
-        for column, value in (("workload_key", workload_key), ("target", target), ("hw_fingerprint", hw_fingerprint)):
+        for column, value in (("workload_key", workload_key), ("target", target), ("hw_fingerprint", hw_fingerprint),
+                              ("timing", timing)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 args.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
-    def records(self, workload_key=None, target=None, hw_fingerprint=None) -> list:
-        where, args = self._where(workload_key, target, hw_fingerprint)
+    def records(self, workload_key=None, target=None, hw_fingerprint=None, timing=None) -> list:
+        where, args = self._where(workload_key, target, hw_fingerprint, timing)
         cur = self._conn.execute(
-            "SELECT workload_key, kind, target, hw_fingerprint, knobs, latencies_ms, error, features_version, created"
-            f" FROM records{where} ORDER BY id",
+            "SELECT workload_key, kind, target, hw_fingerprint, knobs, latencies_ms, error, features_version, created,"
+            f" timing FROM records{where} ORDER BY id",
             args,
         )
         return [
-            Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created)
-            for k, kind, t, fp, knobs, lat, err, fv, created in cur
+            Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created, mv)
+            for k, kind, t, fp, knobs, lat, err, fv, created, mv in cur
         ]
 
-    def count(self, workload_key=None, target=None, hw_fingerprint=None) -> int:
-        where, args = self._where(workload_key, target, hw_fingerprint)
+    def count(self, workload_key=None, target=None, hw_fingerprint=None, timing=None) -> int:
+        where, args = self._where(workload_key, target, hw_fingerprint, timing)
         return self._conn.execute(f"SELECT COUNT(*) FROM records{where}", args).fetchone()[0]
 
-    def measured_knobs(self, workload_key, target, hw_fingerprint) -> set:
-        """Canonical knob strings already measured (failed ones included): a resumed tuner skips them."""
-        cur = self._conn.execute(
-            "SELECT knobs FROM records WHERE workload_key=? AND target=? AND hw_fingerprint=?",
-            (workload_key, target, hw_fingerprint),
-        )
-        return {row[0] for row in cur}
+    def measured_knobs(self, workload_key, target, hw_fingerprint, timing=None) -> set:
+        """Canonical knob strings already measured (failed ones included; timed this way, when given)."""
+        where, args = self._where(workload_key, target, hw_fingerprint, timing)
+        return {row[0] for row in self._conn.execute(f"SELECT knobs FROM records{where}", args)}
 
-    def best(self, workload_key, target, hw_fingerprint=None):
-        """(knobs, median_ms) of the fastest successful record, or None. Without a fingerprint, any machine's."""
+    def latest_timing(self, workload_key, target, hw_fingerprint=None):
+        """How the group's newest successful record was timed, or None: the latest tuning run's way of timing,
+        the one whose records to trust where older runs timed differently."""
         where, args = self._where(workload_key, target, hw_fingerprint, successful=True)
+        row = self._conn.execute(f"SELECT timing FROM records{where} ORDER BY created DESC, id DESC LIMIT 1",
+                                 args).fetchone()
+        return row[0] if row else None
+
+    def best(self, workload_key, target, hw_fingerprint=None, timing=None):
+        """(knobs, median_ms) of the fastest successful record, or None. Without a fingerprint, any machine's;
+        without a timing, timed any way."""
+        where, args = self._where(workload_key, target, hw_fingerprint, timing, successful=True)
         row = self._conn.execute(f"SELECT knobs, median_ms FROM records{where} ORDER BY median_ms LIMIT 1", args).fetchone()
         return (json.loads(row[0]), row[1]) if row else None
 

@@ -104,6 +104,8 @@ class BundleRunner(Runner):
 
 def _records(manifest, results):
     """Records of every candidate with a result (build failures included); the ids of those without one."""
+    # as run_bundle timed them (a bundle written before cold_weights existed timed warm)
+    timing = bundle_run.timing_method({"device": manifest["device"], **manifest["measure"]})
     records, missing = [], []
     for item in manifest["items"]:
         result = {"error": item["error"]} if item["error"] else results.get(item["id"])
@@ -111,7 +113,7 @@ def _records(manifest, results):
             missing.append(item["id"])
             continue
         w = manifest["workloads"][item["workload"]]
-        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"])
+        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], timing)
         records.append(owner.record(item["knobs"], result.get("latencies_ms", []), result.get("error")))
     return records, missing
 

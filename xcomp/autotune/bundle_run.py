@@ -53,6 +53,23 @@ def random_args(params, seed: int):
     return arrays
 
 
+# How a request is timed (timing_method); tuning records store it, and only records timed alike compare.
+WARM = "warm"  # repeat means of `number` back-to-back runs
+# CPU, cold_weights: before each run every buffer but the first is flushed from the caches, as in a whole model,
+# where a group's weights were last used an inference ago, and the first (the data input) is written anew the way
+# its producer would have (producer_written)
+COLD_PRODUCER_INPUT = "cold weights, producer-written input"
+# the same through a stock rpc_server, which has TVM's own preprocessors only: the data input is flushed too
+COLD_FLUSHED_INPUT = "cold weights, flushed input"
+
+
+def timing_method(request) -> str:
+    """WARM, COLD_PRODUCER_INPUT or COLD_FLUSHED_INPUT for a request's device and settings."""
+    if not (request.get("cold_weights") and request.get("device") == "cpu"):
+        return WARM
+    return COLD_FLUSHED_INPUT if request.get("rpc_session") else COLD_PRODUCER_INPUT
+
+
 def check_and_time(load, dev, reference_outputs, request) -> dict:
     """Run the candidate once, compare every buffer with `reference_outputs` (the reference's, same inputs), then
     time it. load(path) -> runtime module. Returns {"latencies_ms": [...]} or {"error": reason}.
@@ -68,13 +85,11 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
         if not np.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True):
             err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
             return {"error": f"wrong result: max |diff| {err:.3g} vs the default schedule"}
-    # cold_weights (CPU): before each run every buffer but the first is flushed from the caches, as in a whole
-    # model, where a group's weights were last used an inference ago, and the first (the data input) is written
-    # anew the way its producer would have (producer_written); number x repeat single runs, each timed alone
-    if request.get("cold_weights") and request.get("device") == "cpu":
-        remote = request.get("rpc_session")  # whose server has TVM's own preprocessors only
+    timing = timing_method(request)
+    if timing != WARM:  # number x repeat single runs, each timed alone after its preprocessor
         timer = lib.time_evaluator("main", dev, number=1, repeat=request["number"] * request["repeat"],
-                                   f_preproc="cache_flush_cpu_non_first_arg" if remote else producer_written(args))
+                                   f_preproc=producer_written(args) if timing == COLD_PRODUCER_INPUT
+                                   else "cache_flush_cpu_non_first_arg")
     else:
         timer = lib.time_evaluator("main", dev, number=request["number"], repeat=request["repeat"],
                                    min_repeat_ms=request["min_repeat_ms"])

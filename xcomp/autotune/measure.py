@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason
+from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason, timing_method
 from xcomp.autotune.bundle_run import random_args  # noqa: F401 - re-exported: profiles and tests make inputs too
 from xcomp.db import Record
 
@@ -132,10 +132,11 @@ class Workload:
     target: str
     hw_fingerprint: str
     features_version: int
+    timing: str  # how its candidates are timed (Runner.timing)
 
     def record(self, knobs: dict, latencies_ms: list, error: str | None) -> Record:
         return Record(self.key, self.kind, self.target, self.hw_fingerprint, knobs, latencies_ms, error,
-                      self.features_version)
+                      self.features_version, timing=self.timing)
 
 
 class MeasurementDeferred(Exception):
@@ -144,7 +145,15 @@ class MeasurementDeferred(Exception):
 
 
 class Runner(abc.ABC):
-    """Times built candidates of one workload and checks them against a reference build."""
+    """Times built candidates of one workload and checks them against a reference build. `settings` holds how
+    (number, repeat, cold_weights, ...: what bundle_run.check_and_time reads)."""
+
+    settings: dict
+    remote_session = False  # times through a stock tvm rpc_server (TVM's own preprocessors only)
+
+    def timing(self, target: str) -> str:
+        """How this runner times candidates for `target` (bundle_run.timing_method): their records say it."""
+        return timing_method({"device": device_kind(target), "rpc_session": self.remote_session, **self.settings})
 
     def begin(self, db):
         """Called with the tuning database before tuning starts (a deferred runner imports results that came

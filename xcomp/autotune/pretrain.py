@@ -18,7 +18,9 @@ import numpy as np
 
 def training_set(models, db_paths, target="cpu"):
     """(features [n, LENGTH], median ms [n] (inf for failures), workload key per row) for every record in the
-    databases whose workload one of `models` has, measured on this target and hardware."""
+    databases whose workload one of `models` has, measured on this target and hardware and timed as the newest
+    record of its workload was (the model learns rankings within a workload: times taken in different ways
+    would rank against each other)."""
     from xcomp.autotune.tuner import model_tasks
     from xcomp.backends import get_backend
     from xcomp.costmodel import FeatureExtractor
@@ -31,11 +33,15 @@ def training_set(models, db_paths, target="cpu"):
     features = FeatureExtractor(backend.spec, backend.target())
     rows, latencies, groups = [], [], []
     for path in db_paths:
+        fingerprint = backend.spec.fingerprint()
         with TuningDB(path) as db:
-            records = db.records(target=backend.target_string, hw_fingerprint=backend.spec.fingerprint())
+            records = db.records(target=backend.target_string, hw_fingerprint=fingerprint)
+            timings = {key: db.latest_timing(key, backend.target_string, fingerprint)
+                       for key in {r.workload_key for r in records}}
         for record in records:
             task = tasks.get(record.workload_key)
-            if task is None or not task.template.in_space(record.knobs):
+            if (task is None or record.timing != timings[record.workload_key]
+                    or not task.template.in_space(record.knobs)):
                 continue
             try:
                 scheduled = task.template.schedule(record.knobs)

@@ -28,6 +28,8 @@ def parse_tracker(text: str) -> tuple:
 
 
 class RPCRunner(Runner):
+    remote_session = True
+
     def __init__(self, host: str, port: int, key: str, timeout_s: float = 30.0, number: int = 3, repeat: int = 5,
                  min_repeat_ms: int = 20, startup_grace_s: float = 60.0, request_timeout_s: float = 60.0,
                  cold_weights: bool = True):

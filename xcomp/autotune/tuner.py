@@ -116,8 +116,9 @@ class Tuner:
     # -- measurement --------------------------------------------------------------------------------------
 
     def _workload(self, task):
-        return Workload(task.group.key, task.group.kind, self.backend.target_string,
-                        self.backend.spec.fingerprint(), FEATURES_VERSION)
+        target = self.backend.target_string
+        return Workload(task.group.key, task.group.kind, target, self.backend.spec.fingerprint(), FEATURES_VERSION,
+                        self.runner.timing(target))
 
     def _vector(self, task, knobs):
         return self.features.vector(task.template.schedule(knobs), knobs, task.group.kind)
@@ -277,11 +278,13 @@ class Tuner:
         return True
 
     def _records(self, task):
-        """The database's records of the task's group on this hardware that are configs of its template: a record
-        of an older version of the template (other knobs) is not one, the search cannot mutate or cross it, and
-        its time labels another program."""
-        fingerprint = self.backend.spec.fingerprint()
-        for record in self.db.records(task.group.key, self.backend.target_string, fingerprint):
+        """The database's records of the task's group on this hardware, timed as this runner times, that are
+        configs of its template: a record of an older version of the template (other knobs) is not one, the
+        search cannot mutate or cross it, and its time labels another program; a record timed otherwise (warm,
+        or by an older xcomp) does not compare with this run's."""
+        target = self.backend.target_string
+        for record in self.db.records(task.group.key, target, self.backend.spec.fingerprint(),
+                                      self.runner.timing(target)):
             if task.template.in_space(record.knobs):
                 yield record
 
@@ -356,13 +359,18 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
 
 
 def best_knobs_from_db(db_path, groups, target, fingerprint) -> dict:
-    """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none)."""
+    """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none),
+    among those timed as the group's newest record was: records timed in other ways (warm against cold, or by
+    an older xcomp) do not compare, and the latest tuning run's are the ones to trust."""
     best = {}
     with TuningDB(db_path) as db:
         for g in groups:
-            hit = db.best(g.key, target, fingerprint) or db.best(g.key, target)
-            if hit:
-                best[g.key] = hit[0]
+            for machine in (fingerprint, None):
+                timing = db.latest_timing(g.key, target, machine)
+                hit = db.best(g.key, target, machine, timing) if timing else None
+                if hit:
+                    best[g.key] = hit[0]
+                    break
     return best
 
 

@@ -168,10 +168,12 @@ def tuning_chart(report, out_dir, limit=12):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     curves = sorted(curves, key=lambda c: -(c["best_ms"] or 0))[:limit]
+    several_timings = len({c.get("timing") for c in curves}) > 1
     for c in curves:
         xs, ys = zip(*c["points"])
+        timed = f", {c.get('timing', 'unrecorded')}" if several_timings else ""
         ax.step(xs, ys, where="post", color=KIND_COLORS.get(c["kind"]), lw=1.4,
-                label=f"{c['target']} {c['group'][:28]} ({c['trials']} trials)")
+                label=f"{c['target']} {c['group'][:28]} ({c['trials']} trials{timed})")
     ax.set_yscale("log")
     ax.set_xlabel("trials (measured candidates, in the order they were recorded)")
     ax.set_ylabel("best latency so far, ms")

@@ -162,11 +162,13 @@ def blas_table(report) -> Table:
 
 def tuning_table(report) -> Table:
     tuning = report.get("tuning") or {"curves": []}
-    t = Table("tuning", "Tuning records", ["target", "group", "kind", "trials", "failed", "best", "same hardware"],
-              note=f"From {tuning.get('db')}; curves in the tuning chart.")
+    t = Table("tuning", "Tuning records", ["target", "group", "kind", "trials", "failed", "best", "timed",
+                                           "same hardware"],
+              note=f"From {tuning.get('db')}; curves in the tuning chart. Only times taken the same way compare: "
+                   "'warm' (back-to-back runs) reads lower than 'cold weights' (caches flushed as in a whole model).")
     for c in tuning["curves"]:
         t.add([c["target"], c["group"], c["kind"], c["trials"], c["failed"], fmt.ms(c["best_ms"]),
-               "yes" if c["same_hardware"] else f"no ({c['hw_fingerprint']})"])
+               c.get("timing", "unrecorded"), "yes" if c["same_hardware"] else f"no ({c['hw_fingerprint']})"])
     return t
 
 

@@ -6,9 +6,10 @@ import math
 
 
 def tuning_curves(db_path, targets: list) -> dict:
-    """{db, curves: [{target, key, group, kind, hw_fingerprint, trials, failed, points: [[trial, best_ms]],
-    best_ms}]} for the groups of the report's targets. Records are ordered by `created`; a failed candidate
-    counts as a trial but does not lower the curve."""
+    """{db, curves: [{target, key, group, kind, hw_fingerprint, timing, trials, failed, points: [[trial, best_ms]],
+    best_ms}]} for the groups of the report's targets, a curve per machine and way of timing (times taken warm
+    and cold do not make one curve). Records are ordered by `created`; a failed candidate counts as a trial but
+    does not lower the curve."""
     from xcomp.backends.base import HardwareSpec
     from xcomp.db import TuningDB
 
@@ -21,8 +22,9 @@ def tuning_curves(db_path, targets: list) -> dict:
             for record in db.records(target=entry["target"]):
                 if names and record.workload_key not in names:
                     continue
-                by_group.setdefault((record.workload_key, record.hw_fingerprint, record.kind), []).append(record)
-            for (key, fingerprint, kind), records in by_group.items():
+                group = (record.workload_key, record.hw_fingerprint, record.kind, record.timing)
+                by_group.setdefault(group, []).append(record)
+            for (key, fingerprint, kind, timing), records in by_group.items():
                 records.sort(key=lambda r: r.created)
                 best, points, failed = math.inf, [], 0
                 for i, record in enumerate(records, start=1):
@@ -33,7 +35,7 @@ def tuning_curves(db_path, targets: list) -> dict:
                     if math.isfinite(best):
                         points.append([i, best])
                 curves.append({"target": entry["target"], "key": key, "group": names.get(key, key), "kind": kind,
-                               "hw_fingerprint": fingerprint,
+                               "hw_fingerprint": fingerprint, "timing": timing,
                                "same_hardware": fingerprint == fingerprint_here, "trials": len(records),
                                "failed": failed,
                                "points": points, "best_ms": best if math.isfinite(best) else None})
