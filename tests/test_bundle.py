@@ -71,9 +71,11 @@ def test_cpu_round_trips_import_and_resume(tmp_path):
     assert not os.path.exists(folder / "manifest.json")  # emptied for the next bundle
     with TuningDB(db) as d:
         records = d.records()
-    fingerprint = get_backend("cpu").spec.fingerprint()
-    assert len(records) == 9 and all(r.ok and r.hw_fingerprint == fingerprint and r.target == "cpu"
-                                     and r.timing == runner.timing("cpu") for r in records)
+    spec = get_backend("cpu").spec
+    # a tiny model's weights stay in any last-level cache: each core's private caches are evicted before a run
+    timing = runner.timing("cpu", spec.cache_bytes[1] if spec.cache_bytes[2] else 0)
+    assert len(records) == 9 and all(r.ok and r.hw_fingerprint == spec.fingerprint() and r.target == "cpu"
+                                     and r.timing == timing for r in records)
     assert {canonical_knobs(r.knobs) for r in records} == measured | queued
 
 

@@ -80,9 +80,11 @@ def test_warm_timing_averages_number_runs_per_sample(built):
     assert result.ok and len(result.latencies_ms) == 3
 
 
-def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values():
+@pytest.mark.parametrize("evict_private_bytes", [0, 1 << 20], ids=["flush-to-memory", "evict-private-caches"])
+def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values(evict_private_bytes):
     """Before each cold run the data input is written anew by every thread (as its producer would have): the
-    kernel then reads the same values, whatever the size, including sizes the threads do not split evenly."""
+    kernel then reads the same values, whatever the size, including sizes the threads do not split evenly; the
+    other buffers keep theirs, flushed or evicted."""
     import numpy as np
     import tvm
 
@@ -91,7 +93,7 @@ def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values():
     for shape in [(7,), (3, 5, 11), (1, 64, 56, 16)]:
         data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         args = [tvm.runtime.tensor(data), tvm.runtime.tensor(np.ones(3, np.float32))]
-        preprocess = tvm.get_global_func(producer_written(args))
+        preprocess = tvm.get_global_func(producer_written(args, evict_private_bytes))
         args[0].copyfrom(np.zeros(shape, np.float32))  # what a candidate that scribbled on its input would leave
         preprocess(*args)
         np.testing.assert_array_equal(args[0].numpy(), data)
@@ -105,7 +107,10 @@ def test_each_runner_says_how_it_times_what_it_measures(tmp_path):
 
     producer = "cold weights, producer-written input"
     assert LocalRunner().timing("cpu") == BundleRunner(tmp_path / "b").timing("cpu") == producer
+    llc = "weights in the last-level cache, producer-written input"
+    assert LocalRunner().timing("cpu", 1 << 21) == BundleRunner(tmp_path / "b").timing("cpu", 1 << 21) == llc
     assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu") == "cold weights, flushed input"
+    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu", 1 << 21) == "cold weights, flushed input"
     for runner, target in ((LocalRunner(cold_weights=False), "cpu"), (LocalRunner(), "cuda:sm_90"),
                            (RPCRunner("127.0.0.1", 9190, "k", cold_weights=False), "cpu")):
         assert runner.timing(target) == "warm"

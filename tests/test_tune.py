@@ -82,7 +82,7 @@ class _FakeBuilder:
 class _FakeRunner:
     """A made-up latency per config, the same in every process."""
 
-    def timing(self, target):
+    def timing(self, target, evict_private_bytes=0):
         return "made up"
 
     def run(self, reference, builds, target, params, workload=None):
@@ -358,7 +358,7 @@ class _TimingRunner(_FakeRunner):
     def __init__(self, timing, remap):
         self._timing, self.remap = timing, remap
 
-    def timing(self, target):
+    def timing(self, target, evict_private_bytes=0):
         return self._timing
 
     def run(self, reference, builds, target, params, workload=None):
@@ -389,3 +389,26 @@ def test_records_timed_another_way_are_neither_resumed_nor_chosen(tmp_path):
         fastest_warm, _ = db.best(task.group.key, backend.target_string, timing="warm")
     (chosen,) = best_knobs_from_db(path, [task.group], backend.target_string, backend.spec.fingerprint()).values()
     assert chosen == task.best_knobs != fastest_warm
+
+
+def test_weights_that_stay_in_the_last_level_cache_are_timed_there(tmp_path):
+    """A model whose weights fit the last-level cache is timed with only the private caches evicted before each
+    run (inside the model its weights come from there); one whose weights do not, with them flushed to memory."""
+    from xcomp.autotune.measure import LocalRunner
+    from xcomp.autotune.tuner import Tuner, model_tasks, weights_stay_cached
+    from xcomp.backends import get_backend
+
+    backend = get_backend("cpu")
+    tasks = model_tasks(_gemm_model(), backend, None)[0]  # a 16 KB weight
+    roomy = dataclasses.replace(backend.spec, cache_bytes=(32 << 10, 1 << 20, 32 << 20))
+    assert weights_stay_cached(tasks, roomy)
+    assert not weights_stay_cached(tasks, dataclasses.replace(roomy, cache_bytes=(32 << 10, 1 << 20, 8 << 10)))
+    assert not weights_stay_cached(tasks, dataclasses.replace(roomy, cache_bytes=(32 << 10, 1 << 20, 0)))
+
+    backend.spec = roomy  # (a backend of its own: get_backend makes a new one per call)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        tuner = Tuner(backend, db, seed=0, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False)
+        tuner.start(tasks)
+    assert tuner.evict_private_bytes == 1 << 20  # the L2 of a core: what a LocalRunner evicts before each run
+    assert LocalRunner().timing("cpu", tuner.evict_private_bytes) == (
+        "weights in the last-level cache, producer-written input")

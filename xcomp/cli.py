@@ -503,8 +503,9 @@ def build_parser():
                                    "configs and its default once more (a few seconds per group, after --time runs "
                                    "out), keeping the slower run of each, until the fastest has been measured "
                                    "twice. On a CPU each timed run starts as it would inside the model: the group's "
-                                   "weights and output flushed from the caches, its data input just written by "
-                                   "every thread. Every measured batch is committed to the database: an "
+                                   "weights and output out of the cores' own caches (only those, when the model's "
+                                   "weights fit the last-level cache; else flushed to memory), its data input "
+                                   "just written by every thread. Every measured batch is committed to the database: an "
                                    "interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")

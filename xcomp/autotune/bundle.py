@@ -53,7 +53,8 @@ class BundleRunner(Runner):
             wid = self._workload_ids[workload.key] = f"w{len(self._workload_ids)}"
             manifest["workloads"][wid] = {
                 "key": workload.key, "kind": workload.kind, "hw_fingerprint": workload.hw_fingerprint,
-                "features_version": workload.features_version, "reference": self._copy(reference, f"{wid}-ref.so"),
+                "features_version": workload.features_version, "evict_private_bytes": workload.evict_private_bytes,
+                "reference": self._copy(reference, f"{wid}-ref.so"),
                 "params": [[list(shape), dtype] for shape, dtype in params], "seed": bundle_run.INPUT_SEED}
         for build in builds:
             cid = f"c{len(manifest['items'])}"
@@ -104,8 +105,6 @@ class BundleRunner(Runner):
 
 def _records(manifest, results):
     """Records of every candidate with a result (build failures included); the ids of those without one."""
-    # as run_bundle timed them (a bundle written before cold_weights existed timed warm)
-    timing = bundle_run.timing_method({"device": manifest["device"], **manifest["measure"]})
     records, missing = [], []
     for item in manifest["items"]:
         result = {"error": item["error"]} if item["error"] else results.get(item["id"])
@@ -113,7 +112,11 @@ def _records(manifest, results):
             missing.append(item["id"])
             continue
         w = manifest["workloads"][item["workload"]]
-        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], timing)
+        # as run_bundle timed them (a bundle written before cold_weights existed timed warm)
+        timing = bundle_run.timing_method({"device": manifest["device"], **manifest["measure"],
+                                           "evict_private_bytes": w.get("evict_private_bytes", 0)})
+        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], timing,
+                         w.get("evict_private_bytes", 0))
         records.append(owner.record(item["knobs"], result.get("latencies_ms", []), result.get("error")))
     return records, missing
 

@@ -55,19 +55,23 @@ def random_args(params, seed: int):
 
 # How a request is timed (timing_method); tuning records store it, and only records timed alike compare.
 WARM = "warm"  # repeat means of `number` back-to-back runs
-# CPU, cold_weights: before each run every buffer but the first is flushed from the caches, as in a whole model,
-# where a group's weights were last used an inference ago, and the first (the data input) is written anew the way
-# its producer would have (producer_written)
+# CPU, cold_weights: each run starts with the caches as inside a whole model, where a group's weights were last
+# used an inference ago: every buffer but the first is flushed to memory (a model whose weights do not stay in the
+# last-level cache) or only out of each core's private caches (evict_private_bytes: one whose weights do), and
+# the first (the data input) is written anew the way its producer would have (producer_written)
 COLD_PRODUCER_INPUT = "cold weights, producer-written input"
-# the same through a stock rpc_server, which has TVM's own preprocessors only: the data input is flushed too
+LLC_PRODUCER_INPUT = "weights in the last-level cache, producer-written input"
+# through a stock rpc_server, which has TVM's own preprocessors only: everything flushed, the data input too
 COLD_FLUSHED_INPUT = "cold weights, flushed input"
 
 
 def timing_method(request) -> str:
-    """WARM, COLD_PRODUCER_INPUT or COLD_FLUSHED_INPUT for a request's device and settings."""
+    """WARM, COLD_PRODUCER_INPUT, LLC_PRODUCER_INPUT or COLD_FLUSHED_INPUT for a request's device and settings."""
     if not (request.get("cold_weights") and request.get("device") == "cpu"):
         return WARM
-    return COLD_FLUSHED_INPUT if request.get("rpc_session") else COLD_PRODUCER_INPUT
+    if request.get("rpc_session"):
+        return COLD_FLUSHED_INPUT
+    return LLC_PRODUCER_INPUT if request.get("evict_private_bytes") else COLD_PRODUCER_INPUT
 
 
 def check_and_time(load, dev, reference_outputs, request) -> dict:
@@ -87,9 +91,11 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
             return {"error": f"wrong result: max |diff| {err:.3g} vs the default schedule"}
     timing = timing_method(request)
     if timing != WARM:  # number x repeat single runs, each timed alone after its preprocessor
+        preproc = ("cache_flush_cpu_non_first_arg" if timing == COLD_FLUSHED_INPUT else
+                   producer_written(args, request.get("evict_private_bytes", 0) if timing == LLC_PRODUCER_INPUT
+                                    else 0))
         timer = lib.time_evaluator("main", dev, number=1, repeat=request["number"] * request["repeat"],
-                                   f_preproc=producer_written(args) if timing == COLD_PRODUCER_INPUT
-                                   else "cache_flush_cpu_non_first_arg")
+                                   f_preproc=preproc)
     else:
         timer = lib.time_evaluator("main", dev, number=request["number"], repeat=request["repeat"],
                                    min_repeat_ms=request["min_repeat_ms"])
@@ -100,10 +106,12 @@ PRODUCER_WRITTEN = "xcomp.producer_written_cold_weights"
 _rewrite_kernels = {}  # (elements, dtype, parts) -> compiled kernel
 
 
-def producer_written(args) -> str:
-    """Register (for this measurement) and name a time_evaluator preprocessor that writes the data input
-    (args[0]) anew in as many contiguous parts as the thread pool has threads, each part by its own thread, as a
-    producer group splitting its outer loop would have, then flushes every other argument from the caches.
+def producer_written(args, evict_private_bytes: int = 0) -> str:
+    """Register (for this measurement) and name a time_evaluator preprocessor that flushes every argument but the
+    data input (args[0]) from the caches, or with evict_private_bytes only out of every core's private caches
+    (each thread streams twice that many bytes of its own through them: what it held goes to the last-level
+    cache), then writes the data input anew in as many contiguous parts as the thread pool has threads, each part
+    by its own thread, as a producer group splitting its outer loop would have.
     Inside a model a group finds its input in the caches of the cores that wrote it: a conv whose channel tiles
     each read the whole input on one core pulls half of it from the other core. TVM's flush alone leaves the input
     wherever the previous timed run read it, which hid that: resnet50's 1x1 256 -> 128 conv on 56x56 (3.2 MB of
@@ -120,11 +128,22 @@ def producer_written(args) -> str:
     rewrite = _rewrite_kernels[key]
     flat = data._create_view((elements,), dtype)
     saved = tvm.runtime.tensor(data.numpy().reshape(-1), data.device)
-    flush = tvm.get_global_func("cache_flush_cpu_non_first_arg")
+    if evict_private_bytes:
+        junk_elements = 2 * evict_private_bytes // 4 * parts  # float32: per thread, twice the private bytes
+        junk_key = (junk_elements, "float32", parts)
+        if junk_key not in _rewrite_kernels:
+            _rewrite_kernels[junk_key] = _rewrite_kernel(*junk_key)
+        stream = _rewrite_kernels[junk_key]
+        junk = [tvm.runtime.tensor(np.zeros(junk_elements, np.float32), data.device) for _ in range(2)]
+
+        def flush(*call_args):  # noqa: ARG001 (every argument leaves the private caches alike)
+            stream(junk[0], junk[1])
+    else:
+        flush = tvm.get_global_func("cache_flush_cpu_non_first_arg")
 
     def preprocess(*call_args):
-        rewrite(flat, saved)
         flush(*call_args)
+        rewrite(flat, saved)
 
     tvm.register_global_func(PRODUCER_WRITTEN, preprocess, override=True)
     return PRODUCER_WRITTEN
@@ -307,7 +326,8 @@ def run_bundle(folder, log=print) -> dict:
                        "artifact": os.path.join(folder, item["artifact"]), "params": workload["params"],
                        "seed": workload["seed"], "number": settings["number"], "repeat": settings["repeat"],
                        "min_repeat_ms": settings["min_repeat_ms"],
-                       "cold_weights": settings.get("cold_weights", False)}  # older bundles timed warm
+                       "cold_weights": settings.get("cold_weights", False),  # older bundles timed warm
+                       "evict_private_bytes": workload.get("evict_private_bytes", 0)}
             reply = measurer.measure(request)
             doc["results"][item["id"]] = {k: reply[k] for k in ("latencies_ms", "error") if k in reply}
             write_json(results_path, doc)

@@ -133,6 +133,9 @@ class Workload:
     hw_fingerprint: str
     features_version: int
     timing: str  # how its candidates are timed (Runner.timing)
+    # CPU cold timing: 0 flushes the weights to memory before each run; else the model's weights stay in the
+    # last-level cache between inferences and each core's private cache of this many bytes is evicted instead
+    evict_private_bytes: int = 0
 
     def record(self, knobs: dict, latencies_ms: list, error: str | None) -> Record:
         return Record(self.key, self.kind, self.target, self.hw_fingerprint, knobs, latencies_ms, error,
@@ -151,9 +154,10 @@ class Runner(abc.ABC):
     settings: dict
     remote_session = False  # times through a stock tvm rpc_server (TVM's own preprocessors only)
 
-    def timing(self, target: str) -> str:
+    def timing(self, target: str, evict_private_bytes: int = 0) -> str:
         """How this runner times candidates for `target` (bundle_run.timing_method): their records say it."""
-        return timing_method({"device": device_kind(target), "rpc_session": self.remote_session, **self.settings})
+        return timing_method({"device": device_kind(target), "rpc_session": self.remote_session,
+                              "evict_private_bytes": evict_private_bytes, **self.settings})
 
     def begin(self, db):
         """Called with the tuning database before tuning starts (a deferred runner imports results that came
@@ -193,7 +197,7 @@ class LocalRunner(Runner):
 
     def run(self, reference, builds, target, params, workload=None):
         request = {"device": device_kind(target), "reference": reference, "params": params, "seed": INPUT_SEED,
-                   **self.settings}
+                   "evict_private_bytes": workload.evict_private_bytes if workload else 0, **self.settings}
         return self._measure_each(builds, lambda build: self._measurer.measure({**request,
                                                                                 "artifact": build.artifact}))
 
