@@ -104,12 +104,13 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
 
 PRODUCER_WRITTEN = "xcomp.producer_written_cold_weights"
 _rewrite_kernels = {}  # (elements, dtype, parts) -> compiled kernel
+_evict_kernels = {}  # (floats per thread, parts) -> compiled kernel
 
 
 def producer_written(args, evict_private_bytes: int = 0) -> str:
     """Register (for this measurement) and name a time_evaluator preprocessor that flushes every argument but the
     data input (args[0]) from the caches, or with evict_private_bytes only out of every core's private caches
-    (each thread streams twice that many bytes of its own through them: what it held goes to the last-level
+    (each thread reads twice that many bytes of its own through them: what they held goes to the last-level
     cache), then writes the data input anew in as many contiguous parts as the thread pool has threads, each part
     by its own thread, as a producer group splitting its outer loop would have.
     Inside a model a group finds its input in the caches of the cores that wrote it: a conv whose channel tiles
@@ -129,15 +130,15 @@ def producer_written(args, evict_private_bytes: int = 0) -> str:
     flat = data._create_view((elements,), dtype)
     saved = tvm.runtime.tensor(data.numpy().reshape(-1), data.device)
     if evict_private_bytes:
-        junk_elements = 2 * evict_private_bytes // 4 * parts  # float32: per thread, twice the private bytes
-        junk_key = (junk_elements, "float32", parts)
-        if junk_key not in _rewrite_kernels:
-            _rewrite_kernels[junk_key] = _rewrite_kernel(*junk_key)
-        stream = _rewrite_kernels[junk_key]
-        junk = [tvm.runtime.tensor(np.zeros(junk_elements, np.float32), data.device) for _ in range(2)]
+        per_thread = 2 * evict_private_bytes // 4  # float32s: twice the private caches
+        if (per_thread, parts) not in _evict_kernels:
+            _evict_kernels[per_thread, parts] = _evict_kernel(per_thread, parts)
+        stream = _evict_kernels[per_thread, parts]
+        junk = tvm.runtime.tensor(np.zeros((parts, per_thread), np.float32), data.device)
+        sums = tvm.runtime.tensor(np.zeros(parts, np.float32), data.device)
 
         def flush(*call_args):  # noqa: ARG001 (every argument leaves the private caches alike)
-            stream(junk[0], junk[1])
+            stream(junk, sums)
     else:
         flush = tvm.get_global_func("cache_flush_cpu_non_first_arg")
 
@@ -162,6 +163,21 @@ def _rewrite_kernel(elements: int, dtype: str, parts: int):
     sch.parallel(outer)
     built = tvm.compile(sch.mod["main"].with_attr("global_symbol", "main"), target="llvm")
     return lambda dst_tensor, src_tensor: built(src_tensor, dst_tensor)
+
+
+def _evict_kernel(per_thread: int, parts: int):
+    """sums[t] = sum(junk[t, :]), one row per parallel task: each thread reads its row through its own caches,
+    replacing what they held with clean lines (a copy would leave them dirty, every line then written back
+    before the timed kernel can use its place)."""
+    import tvm
+    from tvm import te
+
+    junk = te.placeholder((parts, per_thread), "float32", name="junk")
+    i = te.reduce_axis((0, per_thread), name="i")
+    sums = te.compute((parts,), lambda t: te.sum(junk[t, i], axis=i), name="sums")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([junk, sums]))
+    sch.parallel(sch.get_loops(sch.get_sblock("sums"))[0])
+    return tvm.compile(sch.mod["main"].with_attr("global_symbol", "main"), target="llvm")
 
 
 def reference_outputs(load, dev, request, cache: dict) -> list:
