@@ -104,7 +104,7 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
 
 PRODUCER_WRITTEN = "xcomp.producer_written_cold_weights"
 _rewrite_kernels = {}  # (elements, dtype, parts) -> compiled kernel
-_evict_kernels = {}  # (floats per thread, parts) -> compiled kernel
+_evict_kernels = {}  # (floats per thread, parts) -> (compiled kernel, its junk, its sums)
 
 
 def producer_written(args, evict_private_bytes: int = 0) -> str:
@@ -132,10 +132,10 @@ def producer_written(args, evict_private_bytes: int = 0) -> str:
     if evict_private_bytes:
         per_thread = 2 * evict_private_bytes // 4  # float32s: twice the private caches
         if (per_thread, parts) not in _evict_kernels:
-            _evict_kernels[per_thread, parts] = _evict_kernel(per_thread, parts)
-        stream = _evict_kernels[per_thread, parts]
-        junk = tvm.runtime.tensor(np.zeros((parts, per_thread), np.float32), data.device)
-        sums = tvm.runtime.tensor(np.zeros(parts, np.float32), data.device)
+            _evict_kernels[per_thread, parts] = (
+                _evict_kernel(per_thread, parts), tvm.runtime.tensor(np.zeros((parts, per_thread), np.float32)),
+                tvm.runtime.tensor(np.zeros(parts, np.float32)))
+        stream, junk, sums = _evict_kernels[per_thread, parts]
 
         def flush(*call_args):  # noqa: ARG001 (every argument leaves the private caches alike)
             stream(junk, sums)
