@@ -208,8 +208,8 @@ class TuningDB:
             args,
         )
         return [
-            Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created, mv)
-            for k, kind, t, fp, knobs, lat, err, fv, created, mv in cur
+            Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created, timing)
+            for k, kind, t, fp, knobs, lat, err, fv, created, timing in cur
         ]
 
     def count(self, workload_key=None, target=None, hw_fingerprint=None, timing=None) -> int:

@@ -112,11 +112,12 @@ def _records(manifest, results):
             missing.append(item["id"])
             continue
         w = manifest["workloads"][item["workload"]]
+        evict = w.get("evict_private_bytes", 0)
         # as run_bundle timed them (a bundle written before cold_weights existed timed warm)
         timing = bundle_run.timing_method({"device": manifest["device"], **manifest["measure"],
-                                           "evict_private_bytes": w.get("evict_private_bytes", 0)})
+                                           "evict_private_bytes": evict})
         owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], timing,
-                         w.get("evict_private_bytes", 0))
+                         evict)
         records.append(owner.record(item["knobs"], result.get("latencies_ms", []), result.get("error")))
     return records, missing
 

@@ -92,8 +92,7 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
     timing = timing_method(request)
     if timing != WARM:  # number x repeat single runs, each timed alone after its preprocessor
         preproc = ("cache_flush_cpu_non_first_arg" if timing == COLD_FLUSHED_INPUT else
-                   producer_written(args, request.get("evict_private_bytes", 0) if timing == LLC_PRODUCER_INPUT
-                                    else 0))
+                   producer_written(args, request.get("evict_private_bytes", 0)))  # (0 unless LLC_PRODUCER_INPUT)
         timer = lib.time_evaluator("main", dev, number=1, repeat=request["number"] * request["repeat"],
                                    f_preproc=preproc)
     else:

@@ -156,8 +156,13 @@ class Runner(abc.ABC):
 
     def timing(self, target: str, evict_private_bytes: int = 0) -> str:
         """How this runner times candidates for `target` (bundle_run.timing_method): their records say it."""
-        return timing_method({"device": device_kind(target), "rpc_session": self.remote_session,
-                              "evict_private_bytes": evict_private_bytes, **self.settings})
+        return timing_method(self._timing_request(target, evict_private_bytes))
+
+    def _timing_request(self, target: str, evict_private_bytes: int) -> dict:
+        """What check_and_time reads to choose how to time: every request starts from it, so a record's timing
+        label is worked out from the very settings its candidate was timed with."""
+        return {"device": device_kind(target), "rpc_session": self.remote_session,
+                "evict_private_bytes": evict_private_bytes, **self.settings}
 
     def begin(self, db):
         """Called with the tuning database before tuning starts (a deferred runner imports results that came
@@ -196,8 +201,8 @@ class LocalRunner(Runner):
         self._measurer = IsolatedMeasurer(timeout_s)
 
     def run(self, reference, builds, target, params, workload=None):
-        request = {"device": device_kind(target), "reference": reference, "params": params, "seed": INPUT_SEED,
-                   "evict_private_bytes": workload.evict_private_bytes if workload else 0, **self.settings}
+        request = {**self._timing_request(target, workload.evict_private_bytes if workload else 0),
+                   "reference": reference, "params": params, "seed": INPUT_SEED}
         return self._measure_each(builds, lambda build: self._measurer.measure({**request,
                                                                                 "artifact": build.artifact}))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 
-from xcomp.autotune.bundle_run import INPUT_SEED, check_and_time, device_kind, failure_reason, reference_outputs
+from xcomp.autotune.bundle_run import INPUT_SEED, check_and_time, failure_reason, reference_outputs
 from xcomp.autotune.measure import Runner
 from xcomp.errors import UserError
 
@@ -89,8 +89,8 @@ class RPCRunner(Runner):
             self._session = None
 
     def run(self, reference, builds, target, params, workload=None):
-        request = {"device": device_kind(target), "reference": reference, "params": params, "rpc_session": True,
-                   **self.settings}
+        request = {**self._timing_request(target, workload.evict_private_bytes if workload else 0),
+                   "reference": reference, "params": params}
 
         def measure(build):
             fresh, self._fresh = self._fresh, False

@@ -100,7 +100,7 @@ def weights_stay_cached(tasks, spec) -> bool:
     was 0.21 ms slower inside the model in all than its fastest there, by the second 0.32, timed warm 0.42."""
     from xcomp.autotune.measure import func_params
 
-    last_level = spec.cache_bytes[2] if len(spec.cache_bytes) > 2 else 0
+    last_level = spec.cache_bytes[2]
     total = sum(task.count * sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
                                  for shape, dtype in func_params(task.group.func)[1:-1]) for task in tasks)
     return bool(last_level) and total <= last_level
