@@ -21,6 +21,8 @@ FEATURES_VERSION = 3
 PER_STORE = 164
 # Every knob of every template, each with a slot of its own. A new knob takes a free slot at the end, so a trained
 # model keeps reading the knobs it knows where it learned them (tests check every template's knobs are here).
+# "prefetch" is retired (the CPU templates decide it from the hardware now); its slot stays taken, so older
+# databases' records still featurize and no new knob reads a meaning the shipped model learned for it.
 KNOB_NAMES = (
     "block_x", "block_y", "ci_chunk", "co_block", "frags_m", "frags_n", "k_frags", "micro_k", "micro_x",
     "micro_y", "mr", "nr", "oh_block", "order", "ow_block", "pack_b", "pad", "parallel", "pixel_block", "unroll",

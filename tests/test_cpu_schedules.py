@@ -399,14 +399,10 @@ def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, 
 def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct_convs):
     """A 7x7 conv walking channel tiles prefetches, during each tile's later rows, every cache line of the weights
     of the tile after it, each once (the prefetches recorded instead of issued, on both cores), nothing of the
-    first tile and nothing past the last; the default turns it on for few pixels (here) and off for many."""
+    first tile and nothing past the last; where the hardware feeds few pixels' arithmetic fast enough, or a
+    config walks rows outermost, it does not prefetch."""
     import dataclasses
 
-    import tvm
-    from tvm import s_tir, tirx
-
-    from xcomp.autotune.measure import func_params, random_args
-    from xcomp.schedules.cpu import prefetch
     from xcomp.schedules.cpu.conv import ConvTemplate
 
     lanes = backend.spec.simd_width
@@ -415,31 +411,57 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
     template = ConvTemplate(group.func, spec)
     knobs = {**template.default_knobs(), "co_block": 1, "oh_block": 1, "order": "co_outer"}
-    assert template.default_knobs()["prefetch"] and template.valid({**knobs, "prefetch": True})
-    assert not template.valid({**knobs, "prefetch": True, "order": "oh_outer"})
-    assert not ConvTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=200e9)).default_knobs()["prefetch"]
+    assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
+    assert not _prefetches(template, {**knobs, "order": "oh_outer"})
+    assert not _prefetches(ConvTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=200e9)), knobs)
 
-    sch = s_tir.Schedule(group.func)
-    template.apply(sch, {**knobs, "prefetch": True})
-    marked = sch.mod["main"]
-    weight = next(p for p in marked.params if len(p.shape) == 6)
-    per_line = prefetch.LINE_BYTES // 4
-    tile_lines = math.prod(int(d) for d in weight.shape[1:]) // per_line
-    tiles = int(weight.shape[0])
-    log = tirx.decl_buffer((tiles * tile_lines,), "int32", name="log")
-
-    def record(lines, index):  # count the prefetches of each line instead of issuing them
-        return tirx.BufferStore(log, log[index // per_line] + 1, [index // per_line])
-
-    recorded = prefetch.insert(marked, emit=record)
-    func = tirx.PrimFunc(list(recorded.params) + [log], recorded.body, attrs=recorded.attrs)
-    counts = _run(func, random_args(func_params(group.func), 0) + [np.zeros(tiles * tile_lines, np.int32)], backend)[-1]
+    counts = _prefetches_per_line(group.func, template, knobs, backend)
+    tile_lines = len(counts) // 4  # 4 channel tiles of one vector (co_block 1)
     assert counts[:tile_lines].sum() == 0
     assert (counts[tile_lines:] == 1).all(), np.unique(counts[tile_lines:], return_counts=True)
 
-    finished = template.schedule({**knobs, "prefetch": True}).script()
-    assert "T.prefetch" in finished and "xcomp.prefetch" not in finished
-    assert "T.prefetch" not in template.schedule({**knobs, "prefetch": False}).script()
+
+def _prefetches(template, knobs) -> bool:
+    """Does the finished schedule prefetch? (Its marks are gone either way.)"""
+    script = template.schedule(knobs).script()
+    assert "xcomp.prefetch" not in script
+    return "T.prefetch" in script
+
+
+def _annotations(stmt, key) -> list:
+    """The values of loop annotation `key` in a statement tree."""
+    from tvm.tirx import For, SeqStmt
+
+    found = [stmt.annotations[key]] if isinstance(stmt, For) and key in stmt.annotations else []
+    children = list(stmt.seq) if isinstance(stmt, SeqStmt) else []
+    children += [getattr(stmt, name) for name in ("body", "block", "then_case", "else_case")
+                 if getattr(stmt, name, None) is not None]
+    return found + [value for child in children for value in _annotations(child, key)]
+
+
+def _prefetches_per_line(func, template, knobs, backend):
+    """How often `func` scheduled with `knobs` prefetches each cache line of the weight its plan names in one
+    run: the prefetches recorded instead of issued, on every core."""
+    from tvm import s_tir, tirx
+
+    from xcomp.autotune.measure import func_params, random_args
+    from xcomp.schedules.cpu import prefetch
+
+    sch = s_tir.Schedule(func)
+    template.apply(sch, knobs)
+    marked = sch.mod["main"]
+    (plan,) = _annotations(marked.body, prefetch.STEP)
+    weight = next(p for p in marked.params if p.name == str(plan["weight"]))
+    per_line = prefetch.LINE_BYTES // 4
+    lines = math.prod(int(d) for d in weight.shape) // per_line
+    log = tirx.decl_buffer((lines,), "int32", name="log")
+
+    def record(flat, index):  # count the prefetches of each line instead of issuing them
+        return tirx.BufferStore(log, log[index // per_line] + 1, [index // per_line])
+
+    recorded = prefetch.insert(marked, emit=record)
+    recording = tirx.PrimFunc(list(recorded.params) + [log], recorded.body, attrs=recorded.attrs)
+    return _run(recording, random_args(func_params(func), 0) + [np.zeros(lines, np.int32)], backend)[-1]
 
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),
@@ -522,6 +544,31 @@ def test_winograd_conv(size, pads, backend):
     assert isinstance(template, WinogradTemplate)
     configs = check_configs(group.func, template, backend, samples=6, enumerated=4)
     assert len(configs) > 2
+
+
+def test_winograd_gemm_prefetches_each_line_of_the_next_channel_tile_once(backend):
+    """The Winograd GEMM walking (eps, nu, channel tile) slabs prefetches, over all passes of each, every cache
+    line of the slab after it, each once, nothing of the first and nothing past the last; where the hardware
+    feeds an image's few tiles fast enough, it does not prefetch."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.winograd import WinogradTemplate
+
+    channels = 4 * backend.spec.simd_width
+    module = xcomp.compile(residual_conv_model(channels, 12, [1] * 4))
+    (group,) = _groups(module, "conv")
+    spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+    template = WinogradTemplate(group.func, spec)
+    knobs = {"tile_block": 4, "co_block": 2}  # 9 tiles of 4x4 padded to 12: 3 passes per slab
+    assert template.valid(knobs) and _prefetches(template, knobs)
+    assert not _prefetches(WinogradTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=2000e9)), knobs)
+
+    counts = _prefetches_per_line(group.func, template, knobs, backend)
+    slab_lines = 2 * channels * backend.spec.simd_width * 4 // 64  # co_block vectors x input channels
+    assert counts[:slab_lines].sum() == 0
+    assert (counts[slab_lines:] == 1).all(), np.unique(counts[slab_lines:], return_counts=True)
+    check_configs(group.func, template, backend, samples=0, enumerated=0,
+                  extra=[knobs, {"tile_block": 12, "co_block": 1}])
 
 
 def test_winograd_conv_with_a_symbolic_batch(backend):

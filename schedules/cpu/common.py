@@ -152,6 +152,16 @@ def parallelize(sch, loops, cores: int, symbolic: int = 1) -> None:
         sch.parallel(fused)
 
 
+def fuse_parallel(sch, loops, cores: int, symbolic: int = 1):
+    """Fuse `loops` into one loop, run in parallel as parallelize would run them; returns the fused loop. The
+    decision counts the loops before fusing: a symbolic batch fused in would make the whole extent symbolic."""
+    parallel = cores > 1 and least_iterations(sch, loops, symbolic) >= cores
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    if parallel:
+        sch.parallel(fused)
+    return fused
+
+
 def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True) -> None:
     """Parallel over the outer spatial loops. When the innermost spatial loop splits into vectors (a pool: a
     window reduction per output column), the reduction loops move outside it so it can be vectorized."""

@@ -14,10 +14,12 @@ padded NCHW image again (wide rows fill vectors without scattering every output 
 
 from __future__ import annotations
 
+import math
+
 from ..analysis import mac_operands, main_reduction, root_blocks
 from . import prefetch
-from .common import (LOAD_PORTS, CpuTemplate, divisors, inline_injective, is_pure_copy, loop_extent, parallelize,
-                     schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
+from .common import (LOAD_PORTS, CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
+                     parallelize, schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
 
 
 
@@ -158,6 +160,7 @@ class ConvTemplate(CpuTemplate):
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         self.ci_blocks = ci // self.lanes if self.lanes else 0  # input-channel vectors, for ci_chunk
+        self.weight_bound = prefetch.pays(spec, self.out_h * self.out_w)  # each weight serves every pixel once
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -184,16 +187,14 @@ class ConvTemplate(CpuTemplate):
         self.fused_pixels = kh == kw == 1 and data[2:] == (self.out_h, self.out_w)
         self.pixels = self.out_h * self.out_w if self.fused_pixels else self.out_w
 
-    def _weight_bound(self) -> bool:
-        """Does streaming the weights from memory take at least half as long as the arithmetic they feed? Each
-        weight serves every output pixel once, so that is few pixels: resnet50's 7x7 convs (49 pixels, the weight
-        prefetch gained 5-8% with cold caches: 512-channel 3x3 1.22 -> 1.15 ms, 1x1 512 -> 2048 0.67 -> 0.62),
-        not its 14x14 ones (196 pixels: 1x1 1024 -> 256 0.74 -> 0.77 ms, the prefetches' cost unrepaid)."""
-        peak, bandwidth = self.spec.peak(), self.spec.mem_bandwidth
-        if not peak or not bandwidth:
-            return False
-        arithmetic = 2 * self.out_h * self.out_w / peak  # seconds per weight element (FMA = 2 FLOPs)
-        return 4 / bandwidth >= arithmetic / 2  # fp32 weights
+    def _prefetches(self, knobs) -> bool:
+        """Does a config prefetch its next channel tile's weights (prefetch.py)? Where it pays on this hardware
+        (prefetch.pays: few pixels per weight) and the config walks channel tiles of several rows each, which
+        it needs to prefetch in. Not a knob: cold timing with the weights in the L3 does not see what it saves
+        inside a model, where part of them come from memory (resnet50's stride-2 512-channel 3x3 conv, timed
+        so 0.81 ms with and without, flushed to memory 1.04 -> 0.94 ms, inside the model 1.03 without)."""
+        return (not self.depthwise and self.weight_bound and knobs["order"] == "co_outer"
+                and self.out_h // knobs.get("oh_block", 1) >= 2)
 
     def _mark_prefetch(self, sch, conv, outer, kh, co_block: int) -> None:
         """Fuse the (batch, channel tile, row) loops, run them in parallel, and mark them and the kernel-row loop
@@ -202,10 +203,10 @@ class ConvTemplate(CpuTemplate):
         _, coo, oho = outer
         tiles, rows = loop_extent(sch, coo), loop_extent(sch, oho)
         weight_dims = 6 if self.blocked and self.blocked_input else 5
-        weight = next(r.source.name for r in sch.get(conv).reads if len(r.source.shape) == weight_dims)
-        fused = sch.fuse(*outer)
-        parallelize(sch, [fused], self.spec.cores)
-        prefetch.mark(sch, fused, kh, weight, tiles, rows, co_block)
+        weight = next(r.source for r in sch.get(conv).reads if len(r.source.shape) == weight_dims)
+        fused = fuse_parallel(sch, outer, self.spec.cores)
+        slab = math.prod(int(d) for d in weight.shape[1:])  # one vector of output channels: [O/V, ...]
+        prefetch.mark(sch, fused, kh, weight.name, tiles, rows, co_block * slab)
 
     def finish(self, func):
         return prefetch.insert(func)
@@ -233,8 +234,6 @@ class ConvTemplate(CpuTemplate):
             if self.depthwise:  # co_block: channel vectors for "channels", channels for "columns"
                 space.update(vectorize=["channels", "columns"], vector=self._vector_choices(),
                              pixel_block=list(range(1, 9)))
-            else:  # the next channel tile's weights prefetched during this one (prefetch.py)
-                space["prefetch"] = [False, True]
         else:
             space = {"co_block": divisors(self.out_channels // self.groups, 8),
                      "oh_block": [1] if self.fused_pixels else oh_blocks,
@@ -250,8 +249,6 @@ class ConvTemplate(CpuTemplate):
             # a depthwise "channels" config leaves the "columns" knobs at their first value: one config each
             if self.depthwise and (knobs["vector"], knobs["pixel_block"]) != (self._vector_choices()[0], 1):
                 return False
-            if knobs.get("prefetch") and (knobs["order"] != "co_outer" or self.out_h // rows < 2):
-                return False  # it prefetches during a channel tile's later rows
             return self._registers_fit(knobs["co_block"], rows * knobs["ow_block"])
         if self.depthwise and (knobs["ow_block"], knobs["order"]) != (1, "co_outer"):
             return False  # the "channels" knobs, likewise
@@ -289,8 +286,6 @@ class ConvTemplate(CpuTemplate):
             knobs.update(vectorize="channels", vector=self._vector_choices()[0], pixel_block=1)
             if self.unit_stride and self.out_w >= self.spec.simd_width:
                 knobs.update(self._default_columns())
-        else:
-            knobs["prefetch"] = self._weight_bound() and self.out_h // knobs["oh_block"] >= 2
         return knobs
 
     def _default_columns(self):
@@ -393,7 +388,7 @@ class ConvTemplate(CpuTemplate):
             sch.vectorize(write_back.pop())
         for loop in write_back:
             sch.unroll(loop)
-        if lanes and knobs.get("prefetch"):
+        if lanes and self._prefetches(knobs):
             self._mark_prefetch(sch, conv, outer, reduction[1], knobs["co_block"])
         else:
             parallelize(sch, outer, self.spec.cores)

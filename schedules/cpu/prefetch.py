@@ -6,12 +6,16 @@ tile's first output row and from the L2 during the others. Inside a model the we
 inference ago, so that first row stalls on the stream while the other rows leave the memory bus idle (resnet50's
 7x7 stage streams 4-9 MB of weights per conv). So from the tile's second row on, each core prefetches into its
 L2 the weights of the tile it runs next, a few cache lines per step of a reduction loop, spread evenly over the
-rest of the tile. Weights of one channel tile are contiguous in the packed layout ([O/V, ...]), so the next
-tile's are the `slabs` slabs after this one.
+rest of the tile. The Winograd GEMM is alike with passes over a slab of tiles for rows, except that every pass
+may prefetch: its first finds the slab in the L2 when the slab before it prefetched it (sampled inside
+resnet50, its first pass over a 14x14 image's slab ran 2.5x as long as the second without). Weights of one
+channel tile are contiguous in both packed layouts ([O/V, ...], [a, a, K/V, C, V]), so the next tile's are the
+`tile_elems` after this one's.
 
 The template marks two loops while scheduling (`mark`): the loop over (channel tile, row) pairs and the reduction
 loop to prefetch from, whose annotation carries the plan. `insert` turns the marks into prefetch instructions
-on the scheduled PrimFunc and removes them.
+on the scheduled PrimFunc and removes them. The reduction loop must not be the innermost one: a prefetch among
+the FMAs keeps LLVM from holding the accumulators in registers (they went to memory after every FMA).
 """
 
 from __future__ import annotations
@@ -26,12 +30,30 @@ LINE_BYTES = 64
 L2_HINT = 2  # tirx.prefetch locality 2: x86 prefetcht1, into the L2
 
 
-def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int, slabs: int) -> None:
+def pays(spec, uses: int) -> bool:
+    """Is a prefetch worth its instructions: does streaming weights from memory take at least half as long as
+    the arithmetic they feed, each weight serving `uses` FMAs? That is few uses: resnet50's 7x7 convs (49 output
+    pixels; the prefetch gained 5-8% with cold caches: 512-channel 3x3 1.22 -> 1.15 ms, 1x1 512 -> 2048
+    0.67 -> 0.62) and its 14x14 and 28x28 Winograd GEMMs (16 and 52 tiles: 0.43 -> 0.37 and 0.33 -> 0.31 ms in
+    the model), not its 14x14 direct convs (196 pixels: 1x1 1024 -> 256 0.74 -> 0.77 ms) nor its 56x56 Winograd
+    GEMM (196 tiles, 0.33 -> 0.36 ms: its weights stay in the L2)."""
+    peak, bandwidth = spec.peak(), spec.mem_bandwidth
+    if not peak or not bandwidth:
+        return False
+    arithmetic = 2 * uses / peak  # seconds per weight element (FMA = 2 FLOPs)
+    return 4 / bandwidth >= arithmetic / 2  # fp32 weights
+
+
+def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int, tile_elems: int, first_row: int = 1) -> None:
     """Plan a prefetch: `tile_rows` runs tiles x rows iterations (tile-major, the batch may be outside or fused
-    in front), `step` is a loop inside it, `weight` the packed weight's buffer name whose `slabs` leading slabs
-    make one tile."""
+    in front), `step` is a loop inside it, `weight` the buffer name of the weights, of which each tile reads
+    the next `tile_elems` elements (tile t: elements [t * tile_elems, (t + 1) * tile_elems)). The prefetches
+    spread over rows first_row.. of each tile: from the second on where the first is the one that streams its
+    own weights (a direct conv's), over all where every row reads its tile's weights from cache once they are
+    there (the Winograd GEMM's passes)."""
     sch.annotate(tile_rows, TILE_ROWS, 1)
-    sch.annotate(step, STEP, {"weight": weight, "tiles": tiles, "rows": rows, "slabs": slabs})
+    sch.annotate(step, STEP, {"weight": weight, "tiles": tiles, "rows": rows, "tile_elems": tile_elems,
+                              "first_row": first_row})
 
 
 def insert(func, emit=None):
@@ -91,15 +113,15 @@ def _prefetch(path, plan, params, emit):
     steps_loops = path[outer + 1:] if outer is not None else []
     if weight is None or not steps_loops or not all(hasattr(loop.extent, "value") for loop in steps_loops):
         return None
-    tiles, rows, slabs = int(plan["tiles"]), int(plan["rows"]), int(plan["slabs"])
+    tiles, rows, tile_elems = int(plan["tiles"]), int(plan["rows"]), int(plan["tile_elems"])
+    first_row = int(plan["first_row"])
     shape = [int(d) for d in weight.shape]
-    tile_elems = slabs * math.prod(shape[1:])
     per_line = max(1, LINE_BYTES // np.dtype(str(weight.dtype)).itemsize)
     lines = -(-tile_elems // per_line)
     steps = math.prod(int(loop.extent) for loop in steps_loops)
-    if rows < 2:
+    if rows <= first_row:
         return None
-    per_step = -(-lines // ((rows - 1) * steps))
+    per_step = -(-lines // ((rows - first_row) * steps))
 
     tile_row = path[outer].loop_var
     dtype = str(tile_row.ty)
@@ -112,12 +134,12 @@ def _prefetch(path, plan, params, emit):
         step = step * loop.extent + (loop.loop_var - loop.min)
     row, tile = tile_row % rows, tile_row // rows % tiles
     t = tirx.Var("prefetch_line", dtype)
-    line = ((row - 1) * steps + step) * per_step + t
+    line = ((row - first_row) * steps + step) * per_step + t
     flat = tirx.decl_buffer((math.prod(shape),), weight.dtype, name=f"{weight.name}_lines", data=weight.data)
     fetch = emit(flat, (tile + 1) * tile_elems + line * per_line)
     lines_loop = For(t, const(0), const(per_step), ForKind.SERIAL, IfThenElse(line < lines, fetch, None))
     return [DeclBuffer(flat, data=weight.data),
-            IfThenElse(tirx.all(row >= 1, tile + 1 < tiles), lines_loop, None)]
+            IfThenElse(tirx.all(row >= first_row, tile + 1 < tiles), lines_loop, None)]
 
 
-__all__ = ["mark", "insert"]
+__all__ = ["pays", "mark", "insert"]
