@@ -352,6 +352,49 @@ def test_default_and_best_are_confirmed_alike(tmp_path):
     assert row["speedup"] == pytest.approx(first / best_first)
 
 
+class _JumpyDefaultRunner(_FakeRunner):
+    """The default config's second measurement (its confirm run) 3x slow, as this host's timing jumps are."""
+
+    def __init__(self, default: str):
+        self.default, self.runs = default, 0
+
+    def run(self, reference, builds, target, params, workload=None):
+        from xcomp.db import canonical_knobs
+
+        results = super().run(reference, builds, target, params, workload)
+        for result in results:
+            if canonical_knobs(result.knobs) == self.default:
+                self.runs += 1
+                if self.runs == 2:
+                    result.latencies_ms = [ms * 3 for ms in result.latencies_ms]
+        return results
+
+
+def test_the_summary_compares_default_and_best_side_by_side(tmp_path):
+    """One slow run of the default stays in its record (a record keeps the slower of two runs), but the
+    summary's "default -> tuned" is the median of the two measured side by side: the jump is not a speedup."""
+    from xcomp.autotune.tuner import PAIRED_ROUNDS, Tuner, model_tasks, summary
+    from xcomp.backends import get_backend
+    from xcomp.db import canonical_knobs
+
+    backend = get_backend("cpu")
+    (task,) = model_tasks(_gemm_model(), backend, None)[0]
+    default = canonical_knobs(task.template.default_knobs())
+    runner = _JumpyDefaultRunner(default)
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        tuner = Tuner(backend, db, seed=0, runner=runner, builder=_FakeBuilder(), progress=False, guided=False)
+        (task,) = tuner.tune([task], trials=8)
+        (record,) = [r for r in db.records(task.group.key) if canonical_knobs(r.knobs) == default]
+    first = 1.0 + zlib.crc32(default.encode()) % 1000 / 1000
+    assert record.median_ms == pytest.approx(3 * first)  # the jump is kept for choosing
+    assert runner.runs == 2 + PAIRED_ROUNDS
+    assert task.default_ms == pytest.approx(first)
+    others = min(1.0 + zlib.crc32(k.encode()) % 1000 / 1000 for k in task.measured if k != default)
+    (row,) = summary([task])
+    # against the best other config, or none when the default's slow record still beats them all
+    assert row["speedup"] == pytest.approx(first / others if others < 3 * first else 1.0)
+
+
 class _TimingRunner(_FakeRunner):
     """The made-up latencies as `remap`(ms) gives them, as a runner that times its own way (`timing`) would."""
 
