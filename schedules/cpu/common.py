@@ -147,7 +147,7 @@ def _splits_into_vectors(sch, loop, lanes: int) -> bool:
 def parallelize(sch, loops, cores: int, symbolic: int = 1) -> None:
     """Fuse `loops` (outermost first) and run them in parallel when there is enough work to share; a symbolic
     extent counts `symbolic` iterations (see least_iterations)."""
-    if cores > 1 and least_iterations(sch, loops, symbolic) >= cores:
+    if _worth_parallel(sch, loops, cores, symbolic):
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(fused)
 
@@ -155,11 +155,15 @@ def parallelize(sch, loops, cores: int, symbolic: int = 1) -> None:
 def fuse_parallel(sch, loops, cores: int, symbolic: int = 1):
     """Fuse `loops` into one loop, run in parallel as parallelize would run them; returns the fused loop. The
     decision counts the loops before fusing: a symbolic batch fused in would make the whole extent symbolic."""
-    parallel = cores > 1 and least_iterations(sch, loops, symbolic) >= cores
+    parallel = _worth_parallel(sch, loops, cores, symbolic)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     if parallel:
         sch.parallel(fused)
     return fused
+
+
+def _worth_parallel(sch, loops, cores: int, symbolic: int) -> bool:
+    return cores > 1 and least_iterations(sch, loops, symbolic) >= cores
 
 
 def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True) -> None:

@@ -160,7 +160,7 @@ class ConvTemplate(CpuTemplate):
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         self.ci_blocks = ci // self.lanes if self.lanes else 0  # input-channel vectors, for ci_chunk
-        self.weight_bound = prefetch.pays(spec, self.out_h * self.out_w)  # each weight serves every pixel once
+        self.prefetch_pays = prefetch.pays(spec, self.out_h * self.out_w)  # each weight serves every pixel once
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -193,7 +193,7 @@ class ConvTemplate(CpuTemplate):
         it needs to prefetch in. Not a knob: cold timing with the weights in the L3 does not see what it saves
         inside a model, where part of them come from memory (resnet50's stride-2 512-channel 3x3 conv, timed
         so 0.81 ms with and without, flushed to memory 1.04 -> 0.94 ms, inside the model 1.03 without)."""
-        return (not self.depthwise and self.weight_bound and knobs["order"] == "co_outer"
+        return (not self.depthwise and self.prefetch_pays and knobs["order"] == "co_outer"
                 and self.out_h // knobs.get("oh_block", 1) >= 2)
 
     def _mark_prefetch(self, sch, conv, outer, kh, co_block: int) -> None:

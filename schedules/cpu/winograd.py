@@ -170,7 +170,7 @@ class WinogradTemplate(CpuTemplate):
         self.tile = int(infos["winograd_gemm"].block.annotations[WINOGRAD])
         # each weight serves the image's tiles once: few of them and the GEMM waits on the weights (see
         # _mark_prefetch); not a knob, for the reason ConvTemplate._prefetches gives
-        self.prefetch = prefetch.pays(spec, self.tiles)
+        self.prefetch_pays = prefetch.pays(spec, self.tiles)
 
     def knob_space(self):
         return {"tile_block": divisors(self.tiles, TILE_ROUND * 2), "co_block": divisors(self.kblocks, 8)}
@@ -224,7 +224,7 @@ class WinogradTemplate(CpuTemplate):
         po, pi = sch.split(p, [None, tile_block])
         # the batch outermost: a core's (eps, nu, channel tile) items then read consecutive weight slabs
         sch.reorder(b, e, nu, ko, po, c, pi, ki, v)
-        if self.prefetch:
+        if self.prefetch_pays:
             # prefetches inside the channel loop would keep LLVM from holding the accumulators in registers
             # across it (the prefetch may read them, for all it knows): they go one loop out, per V channels
             c, inner = sch.split(c, [None, self.lanes])
@@ -238,7 +238,7 @@ class WinogradTemplate(CpuTemplate):
         for loop in loops[5:-1]:
             sch.unroll(loop)
         sch.vectorize(last)
-        if self.prefetch:
+        if self.prefetch_pays:
             self._mark_prefetch(sch, gemm, [b, e, nu, ko, po], c, co_block)
         else:
             parallelize(sch, [b, e, nu, ko], self.spec.cores)
@@ -251,12 +251,13 @@ class WinogradTemplate(CpuTemplate):
         serves only the image's few tiles, so without it the first pass over a slab waits on the weights' stream:
         inside resnet50 its 14x14 GEMM's first pass took 2.5x as long as the second, which finds the slab in L1;
         the group ran in 0.43 ms without, 0.37 with."""
-        weight = next(r.source for r in sch.get(gemm).reads if len(r.source.shape) == 5)
-        *_, kblocks, channels, lanes = (int(d) for d in weight.shape)
-        tiles = self.tile_positions * kblocks // co_block
+        weight = next(r.source for r in sch.get(gemm).reads if len(r.source.shape) == 5)  # [a, a, K/V, C, V]
+        channels = int(weight.shape[3])
+        tiles = self.tile_positions * self.kblocks // co_block
         passes = loop_extent(sch, outer[-1])
         fused = fuse_parallel(sch, outer, self.spec.cores)
-        prefetch.mark(sch, fused, channel, weight.name, tiles, passes, co_block * channels * lanes, first_row=0)
+        prefetch.mark(sch, fused, channel, weight.name, tiles, passes, co_block * channels * self.lanes,
+                      first_row=0)
 
     def _schedule_output(self, sch):
         rows = sch.get_sblock("winograd_output_rows")

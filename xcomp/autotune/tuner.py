@@ -145,7 +145,10 @@ class Tuner:
 
     def _build_and_run(self, task, knob_list):
         """(workload, measured results) of `knob_list`; MeasurementDeferred from a runner that measures later."""
-        builds = self.builder.build(task.func_json, self.backend.target_string, knob_list)
+        return self._run(task, self.builder.build(task.func_json, self.backend.target_string, knob_list))
+
+    def _run(self, task, builds):
+        """(workload, measured results) of already built `builds`."""
         workload = self._workload(task)
         results = self.runner.run(task.reference or builds[0].artifact, builds, self.backend.target_string,
                                   func_params(task.group.func), workload=workload)
@@ -289,19 +292,18 @@ class Tuner:
         pick a config) but not for reporting: a default whose second run hit one of this host's occasional
         1.5-2.4x jumps kept it, and the summary claimed that as the speedup (resnet50's max_pool2d: 0.144 ->
         0.059 ms, "2.42x"; side by side both configs take 0.061). Not stored: the database keeps its rule."""
-        pair = [json.loads(default)] if default == best else [json.loads(default), json.loads(best)]
-        times = {knobs: [] for knobs in (default, best)}
+        builds = self.builder.build(task.func_json, self.backend.target_string,
+                                    [json.loads(knobs) for knobs in dict.fromkeys((default, best))])
+        times = {knobs: [] for knobs in (default, best)}  # one list when the best is the default
         for _ in range(rounds):
             try:
-                _, results = self._build_and_run(task, pair)
+                _, results = self._run(task, builds)
             except MeasurementDeferred:
                 return
             for result in results:
                 if result.error is not None:
                     return
                 times[canonical_knobs(result.knobs)].append(result.median_ms)
-        if default == best:
-            times[best] = times[default]
         task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
 
     @staticmethod
