@@ -12,6 +12,7 @@ import os
 from typing import Callable
 
 from .base import Backend, HardwareSpec
+from .tir_pipeline import derived_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,20 +149,9 @@ _WARP_BUFFERS_PER_KERNEL = 3
 def _gpu_tir_pipeline() -> str:
     """The name of TVM's default TIR pipeline with every warp buffer lowered (registered on first use)."""
     from tvm import tirx
-    from tvm.ir import transform
-    from tvm.tirx import compilation_pipeline
 
-    name = "xcomp_gpu"
-    if name not in compilation_pipeline.PIPELINE_MAP:
-        default = compilation_pipeline.PIPELINE_MAP["s_tir"]
-
-        def pipeline():
-            passes, finalize_host, finalize_device = default()
-            lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(_WARP_BUFFERS_PER_KERNEL - 1)]
-            return passes, finalize_host, lambda: transform.Sequential([*lower_warp, finalize_device()])
-
-        compilation_pipeline.PIPELINE_MAP[name] = pipeline
-    return name
+    return derived_pipeline("xcomp_gpu", device_passes=lambda: [
+        tirx.transform.LowerWarpMemory() for _ in range(_WARP_BUFFERS_PER_KERNEL - 1)])
 
 
 def backend_for_spec(spec: HardwareSpec) -> GPUBackend:

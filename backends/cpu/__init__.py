@@ -40,6 +40,13 @@ class CPUBackend(Backend):
             attrs["mattr"] = ["-prefer-256-bit"]
         return tvm.target.Target(attrs)
 
+    def compile(self, mod, **kwargs):
+        from ..tir_pipeline import derived_pipeline
+        from .stack_buffers import keep_small_buffers_on_stack
+
+        pipeline = derived_pipeline("xcomp_cpu", host_passes=lambda: [keep_small_buffers_on_stack()])
+        return super().compile(mod, tir_pipeline=pipeline, **kwargs)
+
     def available(self) -> bool:
         return True
 
