@@ -101,21 +101,24 @@ def test_shipped_model_by_name():
 def test_outputs_are_the_callers_and_inputs_of_any_layout_work():
     """Inputs go to the kernels through aligned copies and outputs come back as copies: an output that is a
     constant of the module (Shape here), changed by the caller, stays the same for the next call; bool, int64,
-    float16, 0-d and non-contiguous inputs all arrive intact."""
+    float16, 0-d and non-contiguous inputs all arrive intact. The aligned copies are kept from call to call:
+    an output that is an input (Identity) stays what it was after the next call."""
     from onnx import TensorProto, helper
 
     from conftest import make_model
 
     nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Not", ["flag"], ["not_flag"]),
              helper.make_node("Add", ["h", "h"], ["h2"]), helper.make_node("Mul", ["s", "s"], ["s2"]),
-             helper.make_node("Neg", ["i"], ["neg_i"]), helper.make_node("Relu", ["x"], ["y"])]
+             helper.make_node("Neg", ["i"], ["neg_i"]), helper.make_node("Relu", ["x"], ["y"]),
+             helper.make_node("Identity", ["h"], ["same_h"])]
     vi = helper.make_tensor_value_info
     model = make_model(nodes, [vi("x", TensorProto.FLOAT, [3, 5]), vi("flag", TensorProto.BOOL, [4]),
                                vi("h", TensorProto.FLOAT16, [7]), vi("s", TensorProto.FLOAT, []),
                                vi("i", TensorProto.INT64, [2, 3])],
                        [vi("shape", TensorProto.INT64, [2]), vi("not_flag", TensorProto.BOOL, [4]),
                         vi("h2", TensorProto.FLOAT16, [7]), vi("s2", TensorProto.FLOAT, []),
-                        vi("neg_i", TensorProto.INT64, [2, 3]), vi("y", TensorProto.FLOAT, [3, 5])])
+                        vi("neg_i", TensorProto.INT64, [2, 3]), vi("y", TensorProto.FLOAT, [3, 5]),
+                        vi("same_h", TensorProto.FLOAT16, [7])])
     module = xcomp.compile(model)
     rng = np.random.default_rng(0)
     feed = {"x": rng.standard_normal((5, 3)).astype(np.float32).T,  # a transposed view: not contiguous
@@ -129,3 +132,8 @@ def test_outputs_are_the_callers_and_inputs_of_any_layout_work():
     again = module.run(feed)
     np.testing.assert_array_equal(again["shape"], [3, 5])
     np.testing.assert_array_equal(again["y"], np.maximum(feed["x"], 0))
+    other = {**feed, "x": rng.standard_normal((3, 5)).astype(np.float32), "h": rng.standard_normal(7).astype(np.float16)}
+    later = module.run(other)
+    for name, want in zip(later, ort_run(model, other)):
+        np.testing.assert_array_equal(later[name], want)
+    np.testing.assert_array_equal(again["same_h"], feed["h"])
