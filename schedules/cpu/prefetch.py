@@ -28,20 +28,28 @@ TILE_ROWS = "xcomp.prefetch_tile_rows"  # the loop over (channel tile, row) pair
 STEP = "xcomp.prefetch_next_tile"  # the loop whose every iteration prefetches a few lines
 LINE_BYTES = 64
 L2_HINT = 2  # tirx.prefetch locality 2: x86 prefetcht1, into the L2
+# Least share of its arithmetic time a kernel spends streaming weights for prefetching them to pay (pays).
+STREAM_SHARE = 1 / 16
 
 
 def pays(spec, uses: int) -> bool:
-    """Is a prefetch worth its instructions: does streaming weights from memory take at least half as long as
-    the arithmetic they feed, each weight serving `uses` FMAs? That is few uses: resnet50's 7x7 convs (49 output
-    pixels; the prefetch gained 5-8% with cold caches: 512-channel 3x3 1.22 -> 1.15 ms, 1x1 512 -> 2048
-    0.67 -> 0.62) and its 14x14 and 28x28 Winograd GEMMs (16 and 52 tiles: 0.43 -> 0.37 and 0.33 -> 0.31 ms in
-    the model), not its 14x14 direct convs (196 pixels: 1x1 1024 -> 256 0.74 -> 0.77 ms) nor its 56x56 Winograd
-    GEMM (196 tiles, 0.33 -> 0.36 ms: its weights stay in the L2)."""
+    """Is a prefetch worth its instructions: does streaming weights from memory take at least STREAM_SHARE of the
+    time of the arithmetic they feed, each weight serving `uses` FMAs? Inside a model the weights come from
+    memory (they were last used an inference ago), and the tile that streams its own waits on them; with many
+    uses per weight that wait is a small part of the tile and the prefetches cost more than they hide.
+
+    Measured inside resnet50 (interleaved with onnxruntime, 80 rounds each): on this Emerald Rapids host (spec
+    294 GFLOP/s, 20 GB/s: pays up to 470 uses) prefetching its 14x14 convs and 56x56 Winograd GEMM (196 pixels
+    or tiles) too took the model from 24.12-24.30 to 23.64-23.80 ms; also prefetching the 28x28 ones (784 pixels)
+    and the 56x56 ones (3136) changed nothing more (23.72-24.08). On the earlier AVX2 host (77 GFLOP/s: up to 123
+    uses) its 7x7 convs gained 5-8% (512-channel 3x3 1.22 -> 1.15 ms, with cold caches) and its 14x14 and 28x28
+    Winograd GEMMs (16 and 52 tiles) 0.43 -> 0.37 and 0.33 -> 0.31 ms in the model, while its 14x14 direct convs
+    (1x1 1024 -> 256 0.74 -> 0.77 ms) and 56x56 Winograd GEMM (0.33 -> 0.36) lost."""
     peak, bandwidth = spec.peak(), spec.mem_bandwidth
     if not peak or not bandwidth:
         return False
     arithmetic = 2 * uses / peak  # seconds per weight element (FMA = 2 FLOPs)
-    return 4 / bandwidth >= arithmetic / 2  # fp32 weights
+    return 4 / bandwidth >= arithmetic * STREAM_SHARE  # fp32 weights
 
 
 def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int, tile_elems: int, first_row: int = 1) -> None:
