@@ -139,3 +139,25 @@ def test_jsonl_lines_without_a_timing_are_unrecorded(tmp_path):
         db.export_jsonl(tmp_path / "new.jsonl")
     exported = [json.loads(x)["timing"] for x in (tmp_path / "new.jsonl").read_text().splitlines()]
     assert exported == ["unrecorded", "warm"]
+
+
+def test_in_model_records_replace_their_group_s_earlier_ones_and_are_no_search_timing(tmp_path):
+    """A group's configs timed inside the model replace the ones timed so before (they compare only with
+    times taken in the same runs), leave its search records and other groups' alone, are the group's newest
+    timing for choosing, and not a search timing to learn from."""
+    from xcomp.db import IN_MODEL_TIMING
+
+    def timed_in_model(i, median, key="conv-abc"):
+        return dataclasses.replace(rec(i, median, key=key), timing=IN_MODEL_TIMING)
+
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.add_batch([dataclasses.replace(rec(i, float(i + 1)), timing="cold") for i in range(4)])
+        db.replace_in_model("conv-other", "cpu", "fp1", [timed_in_model(0, 1.0, key="conv-other")])
+        db.replace_in_model("conv-abc", "cpu", "fp1", [timed_in_model(0, 3.0), timed_in_model(1, 2.5)])
+        db.replace_in_model("conv-abc", "cpu", "fp1", [timed_in_model(0, 2.0), timed_in_model(2, 2.2)])
+        in_model = {r.knobs["tile"]: r.median_ms for r in db.records("conv-abc", timing=IN_MODEL_TIMING)}
+        assert in_model == {0: 2.0, 2: 2.2}
+        assert db.count("conv-abc", timing="cold") == 4 and db.count("conv-other") == 1
+        assert db.latest_timing("conv-abc", "cpu", "fp1") == IN_MODEL_TIMING
+        assert db.latest_timing("conv-abc", "cpu", "fp1", in_model=False) == "cold"
+        assert db.best("conv-abc", "cpu", "fp1", IN_MODEL_TIMING) == ({"tile": 0, "unroll": 0}, 2.0)

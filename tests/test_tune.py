@@ -14,7 +14,7 @@ import pytest
 
 import xcomp
 from conftest import make_model, ort_run, tiny_mlp
-from xcomp.db import TuningDB
+from xcomp.db import IN_MODEL_TIMING, TuningDB
 
 
 def test_tune_resume_and_compile_with_db(tmp_path):
@@ -22,13 +22,13 @@ def test_tune_resume_and_compile_with_db(tmp_path):
     db = tmp_path / "tune.sqlite"
     first = xcomp.tune(model, db=db, trials=6, seed=0)
     with TuningDB(db) as d:
-        n1 = d.count()
+        n1 = d.count() - d.count(timing=IN_MODEL_TIMING)  # the search's records, not the in-model step's
     assert first["trials"] >= 1 and n1 == first["trials"]
     assert all(g["default_ms"] > 0 for g in first["groups"])
 
     second = xcomp.tune(model, db=db, trials=6, seed=0)  # resumes: nothing measured twice
     with TuningDB(db) as d:
-        records = d.records()
+        records = [r for r in d.records() if r.timing != IN_MODEL_TIMING]
     keys = [(r.workload_key, json.dumps(r.knobs, sort_keys=True)) for r in records]
     assert len(keys) == len(set(keys)) == n1 + second["trials"]
     assert second["trials"] >= 1
@@ -61,10 +61,12 @@ def test_tune_cli_json_and_db_export(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["trials"] >= 1 and doc["groups"]
+    timed_in_model = sum(len(g["in_model_ms"]) for g in doc["in_model"]["groups"])  # the last step's records
+    assert timed_in_model >= 2 * len(doc["in_model"]["groups"]) > 0
     r = subprocess.run([sys.executable, "-m", "xcomp", "db", "export", str(db), str(tmp_path / "r.jsonl"),
                         "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["exported"] == doc["trials"]
+    assert json.loads(r.stdout)["exported"] == doc["trials"] + timed_in_model
 
 
 class _FakeBuilder:
@@ -329,6 +331,49 @@ class _SlowerSecondTimeRunner(_FakeRunner):
                 result.latencies_ms = [ms * 1.5 for ms in result.latencies_ms]
             self.seen.add(key)
         return results
+
+
+def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, monkeypatch):
+    """After the search each group's fastest configs are timed inside the model (autotune/in_model.py). Where
+    their order there is not the one alone (here reversed: the slowest of them runs fastest inside the model),
+    compile --db uses the fastest inside the model, and computes right with it; a later search's records, newer,
+    take over again."""
+    from xcomp import profile
+    from xcomp.autotune import in_model
+    from xcomp.autotune.tuner import Tuner, best_knobs_from_db, model_tasks
+    from xcomp.backends import get_backend
+    from xcomp.db import IN_MODEL_TIMING, canonical_knobs
+
+    model, backend, path = _gemm_model(), get_backend("cpu"), tmp_path / "t.sqlite"
+    with TuningDB(path) as db:
+        tuner = Tuner(backend, db, seed=0, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
+                      guided=False)
+        (task,) = tuner.tune(model_tasks(model, backend, None)[0], trials=8)
+        alone = in_model.candidates([task], in_model.TOP)[task.group.key]
+
+        def reversed_inside(module, runs):
+            (group,) = [g for g in module.groups if g.key == task.group.key]
+            knobs = canonical_knobs(module.info["schedules"][group.key]["knobs"])
+            return {group.name: [float(len(alone) - alone.index(knobs))] * runs}
+
+        monkeypatch.setattr(profile, "in_model_times", reversed_inside)
+        result = in_model.refine(model, backend, db, [task], progress=False)
+        assert db.count(task.group.key, timing=IN_MODEL_TIMING) == len(alone) == in_model.TOP
+    (row,) = result["groups"]
+    assert canonical_knobs(row["fastest_alone"]) == alone[0] and canonical_knobs(row["picked"]) == alone[-1]
+    assert in_model.changed(result) == [row] and result["model_picked_ms"] == 1.0
+    target, fingerprint = backend.target_string, backend.spec.fingerprint()
+    assert best_knobs_from_db(path, [task.group], target, fingerprint) == {task.group.key: row["picked"]}
+    module = xcomp.compile(model, tune_db=path)
+    assert module.info["schedules"][task.group.key] == {"knobs": row["picked"], "source": "database"}
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(module(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+    with TuningDB(path) as db:  # a later search, without the in-model step
+        tuner = Tuner(backend, db, seed=1, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
+                      guided=False)
+        (task,) = tuner.tune(model_tasks(model, backend, None)[0], trials=4)
+    assert best_knobs_from_db(path, [task.group], target, fingerprint) == {task.group.key: task.best_knobs}
 
 
 def test_default_and_best_are_confirmed_alike(tmp_path):

@@ -28,17 +28,19 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,
          input_shapes: dict | None = None, seed: int = 0, progress: bool = False, runner=None,
-         input_values: dict | None = None) -> dict:
+         input_values: dict | None = None, in_model_top: int = 4) -> dict:
     """Tune every unique operator group of `model`, storing all measurements in `db`; returns a summary
     (per group: default and best latency, speedup, trials) and the search history. `runner`: where candidates
     are measured (default: this machine); xcomp.autotune.bundle.BundleRunner or rpc.RPCRunner measure elsewhere.
-    `input_shapes` / `input_values`: as for compile (compile with the same ones to use the records)."""
+    `input_shapes` / `input_values`: as for compile (compile with the same ones to use the records).
+    `in_model_top`: measuring here, each group's that many fastest configs are then timed inside the model and
+    compile --db uses the fastest there (the summary's "in_model"; 0: not done)."""
     from xcomp.autotune.tuner import tune_model
     from xcomp.examples import resolve
 
     return tune_model(resolve(model), target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
                       input_shapes=input_shapes, input_values=input_values, seed=seed, progress=progress,
-                      runner=runner)
+                      runner=runner, in_model_top=in_model_top)
 
 
 def load(path):

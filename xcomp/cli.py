@@ -295,6 +295,24 @@ def _print_bundle_next(runner, args):
         print("nothing left to measure: every group's knob space is exhausted or the trials are spent")
 
 
+def _print_in_model(refined):
+    """The in-model step's outcome: which groups run another of their fastest configs, and what it saves."""
+    from xcomp.autotune.in_model import changed
+    from xcomp.db import canonical_knobs
+
+    if not refined:
+        return
+    moved = changed(refined)
+    print(f"Inside the model ({refined['ranks']} fastest configs per group, {refined['rounds']} x {refined['runs']} "
+          f"runs each): {len(moved)} of {len(refined['groups'])} groups run faster there with another config; "
+          f"those groups {refined['model_fastest_alone_ms']:.3f} -> {refined['model_picked_ms']:.3f} ms in the "
+          f"model (ms x count).")
+    for row in moved:
+        times = row["in_model_ms"]
+        fastest, picked = (times[canonical_knobs(row[k])] for k in ("fastest_alone", "picked"))
+        print(f"  {row['group'][:40]}: {fastest:.4f} -> {picked:.4f} ms with {canonical_knobs(row['picked'])}")
+
+
 def cmd_tune(args):
     import math
 
@@ -304,7 +322,7 @@ def cmd_tune(args):
     result = xcomp.tune(_model_arg(args.model), target=args.target, db=args.db, trials=args.trials,
                         time_budget_s=_parse_duration(args.time) if args.time else None,
                         input_shapes=_input_shapes(args), input_values=_input_values(args), seed=args.seed,
-                        progress=not args.quiet, runner=runner)
+                        progress=not args.quiet, runner=runner, in_model_top=args.in_model_top)
     bundle = args.runner == "bundle"
     if bundle:
         result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending}
@@ -323,6 +341,7 @@ def cmd_tune(args):
     print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
           f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
           f"use them with: xcomp compile {args.model} --db {result['db']}")
+    _print_in_model(result["in_model"])
     untuned = result["untuned_symbolic"]
     if untuned:
         symbols = sorted({s for g in untuned for s in g["symbols"]})
@@ -505,14 +524,20 @@ def build_parser():
                                    "twice. On a CPU each timed run starts as it would inside the model: the group's "
                                    "weights and output out of the cores' own caches (only those, when the model's "
                                    "weights fit the last-level cache; else flushed to memory), its data input "
-                                   "just written by every thread. Every measured batch is committed to the database: an "
-                                   "interrupted run keeps everything and a rerun resumes.")
+                                   "just written by every thread. Last (measuring here), the model is built once per "
+                                   "rank of each group's --in-model-top fastest configs and each group's configs are "
+                                   "timed inside those builds: inside the model the weights come from memory, and "
+                                   "compile --db uses the fastest there. Every measured batch is committed to the "
+                                   "database: an interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
     p.add_argument("--trials", type=int, help="total measured candidates, besides each group's default, which is "
                                               "always measured first (default 64 per unique group)")
     p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--in-model-top", type=int, default=4, metavar="N",
+                   help="time each group's N fastest configs inside the model and keep the fastest there (default "
+                        "4: about a minute for resnet50, 4 builds of it; 0: choose by the times alone)")
     p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
                    help="where candidates are measured: local (this machine, default); bundle (written to "
                         "--bundle-dir, measured by its run.py on another machine, imported by the next run: one "

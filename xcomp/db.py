@@ -20,6 +20,9 @@ from xcomp.errors import UserError
 SCHEMA_VERSION = 2
 # The timing of records written before records said how they were timed (schema 1, JSONL lines without it).
 UNRECORDED_TIMING = "unrecorded"
+# The timing of a group's few fastest configs timed again inside the whole model (autotune/in_model.py): not a
+# way of searching, a last choice among configs the search measured; the newest of them are a group's pick.
+IN_MODEL_TIMING = "in the model"
 
 _RECORDS_TABLE = """
 CREATE TABLE IF NOT EXISTS records (
@@ -189,6 +192,20 @@ class TuningDB:
             self._conn.execute("ROLLBACK")
             raise
 
+    def replace_in_model(self, workload_key, target, hw_fingerprint, records) -> None:
+        """Store a group's configs timed inside the model (IN_MODEL_TIMING) in place of the ones timed so
+        before, in one transaction: they were timed beside other configs of the other groups, and a pick
+        compares only times taken in the same runs."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND hw_fingerprint = ? AND "
+                               "timing = ?", (workload_key, target, hw_fingerprint, IN_MODEL_TIMING))
+            self._conn.executemany("INSERT" + _INSERT, [_row(r) for r in records])
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
     # -- reading ---------------------------------------------------------------------------------------------
 
     def _where(self, workload_key=None, target=None, hw_fingerprint=None, timing=None, successful=False):
@@ -221,10 +238,14 @@ class TuningDB:
         where, args = self._where(workload_key, target, hw_fingerprint, timing)
         return {row[0] for row in self._conn.execute(f"SELECT knobs FROM records{where}", args)}
 
-    def latest_timing(self, workload_key, target, hw_fingerprint=None):
+    def latest_timing(self, workload_key, target, hw_fingerprint=None, in_model: bool = True):
         """How the group's newest successful record was timed, or None: the latest tuning run's way of timing,
-        the one whose records to trust where older runs timed differently."""
+        the one whose records to trust where older runs timed differently. With in_model=False, the newest
+        search's, leaving out records timed inside the model (IN_MODEL_TIMING: a handful of configs per group,
+        nothing to learn a cost model from)."""
         where, args = self._where(workload_key, target, hw_fingerprint, successful=True)
+        if not in_model:
+            where, args = where + " AND timing != ?", args + [IN_MODEL_TIMING]
         row = self._conn.execute(f"SELECT timing FROM records{where} ORDER BY created DESC, id DESC LIMIT 1",
                                  args).fetchone()
         return row[0] if row else None

@@ -121,9 +121,11 @@ def build_executable(mod, backend):
         ) from err
 
 
-def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None):
+def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None,
+                  group_knobs=None):
     """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
-    their fastest measured config, the rest their template default."""
+    their fastest measured config, the rest their template default. `group_knobs` ({group key: knobs}) sets
+    configs before the database does (the tuner compiles the model with chosen candidates so)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.module import Module
@@ -147,6 +149,8 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             from xcomp.autotune.tuner import best_knobs_from_db
 
             best_knobs = best_knobs_from_db(tune_db, groups, backend.target_string, backend.spec.fingerprint())
+        if group_knobs:
+            best_knobs = {**(best_knobs or {}), **group_knobs}
         timings["partition_s"] = time.perf_counter() - t
         steps.update()
 

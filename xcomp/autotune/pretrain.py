@@ -36,7 +36,7 @@ def training_set(models, db_paths, target="cpu"):
         fingerprint = backend.spec.fingerprint()
         with TuningDB(path) as db:
             records = db.records(target=backend.target_string, hw_fingerprint=fingerprint)
-            timings = {key: db.latest_timing(key, backend.target_string, fingerprint)
+            timings = {key: db.latest_timing(key, backend.target_string, fingerprint, in_model=False)
                        for key in {r.workload_key for r in records}}
         for record in records:
             task = tasks.get(record.workload_key)

@@ -5,7 +5,8 @@ latency (best latency x occurrences), as Ansor's task scheduler does, with a rou
 gets measured. Every measured batch is committed to the database before the next one starts; a resumed run
 skips what is already there; Ctrl-C stops after keeping everything measured. At the end each group's three
 fastest configs and its default are measured once more, until the fastest has been measured twice
-(Tuner.confirm), so a lucky first measurement cannot pick the config.
+(Tuner.confirm), so a lucky first measurement cannot pick the config; then, measuring on this machine,
+tune_model times each group's fastest configs inside the model and keeps the fastest there (in_model.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretr
 from xcomp.db import TuningDB, canonical_knobs
 from xcomp.errors import UserError
 from xcomp.autotune.measure import LocalBuilder, LocalRunner, MeasurementDeferred, Workload, func_params
+from xcomp.autotune import in_model
 from xcomp.autotune.search import propose
 
 # Side-by-side measurements of each group's default and best config behind the tuning summary's speedup.
@@ -132,6 +134,7 @@ class Tuner:
         self._train_x, self._train_y, self._train_g = [], [], []
         self.history = []  # (trial number, task key, median ms) in measurement order
         self.evict_private_bytes = 0  # Workload.evict_private_bytes, set by start() for the tasks' model
+        self.interrupted = False  # tune() stopped by Ctrl-C
 
     # -- measurement --------------------------------------------------------------------------------------
 
@@ -358,6 +361,7 @@ class Tuner:
                 overall.set_postfix_str(f"{task.group.kind} best {task.best_ms:.3f}ms")
             self.confirm(tasks)
         except KeyboardInterrupt:
+            self.interrupted = True
             overall.write("interrupted: every measured candidate is in the database")
         finally:
             overall.close()
@@ -378,7 +382,9 @@ def summary(tasks) -> list:
 
 
 def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
-               seed=0, progress=True, runner=None, input_values=None) -> dict:
+               seed=0, progress=True, runner=None, input_values=None, in_model_top=in_model.TOP) -> dict:
+    """Tune, then (measuring on this machine) time each group's `in_model_top` fastest configs inside the model
+    to choose among them (in_model.py; 0 or 1: no such step)."""
     from xcomp.backends import get_backend
 
     backend = get_backend(target)
@@ -392,6 +398,13 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
         tuner = Tuner(backend, db, seed=seed, runner=runner, progress=progress)
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
         rows = summary(tasks)
+        refined = None
+        if in_model_top > 1 and runner is None and not tuner.interrupted:
+            try:
+                refined = in_model.refine(model, backend, db, tasks, top=in_model_top, input_shapes=input_shapes,
+                                          input_values=input_values, progress=progress)
+            except KeyboardInterrupt:  # nothing of it stored yet: compile --db keeps the search's fastest
+                pass
     return {
         "target": backend.target_string,
         "db": str(db_path),
@@ -402,13 +415,15 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
         "history": tuner.history,
         "model_default_ms": sum(r["default_ms"] * r["count"] for r in rows if math.isfinite(r["default_ms"])),
         "model_tuned_ms": sum(r["best_ms"] * r["count"] for r in rows if math.isfinite(r["best_ms"])),
+        "in_model": refined,
     }
 
 
 def best_knobs_from_db(db_path, groups, target, fingerprint) -> dict:
     """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none),
     among those timed as the group's newest record was: records timed in other ways (warm against cold, or by
-    an older xcomp) do not compare, and the latest tuning run's are the ones to trust."""
+    an older xcomp) do not compare, and the latest tuning run's are the ones to trust. Where a tuning run
+    ended timing its fastest configs inside the model (in_model.py), those records are the newest."""
     best = {}
     with TuningDB(db_path) as db:
         for g in groups:

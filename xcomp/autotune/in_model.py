@@ -1,0 +1,117 @@
+"""The tuner's last step: choose among each group's fastest configs by their time inside the model.
+
+The search times a group alone (measure.py), its weights where the timing leaves them. Inside the model they
+come from memory, after the rest of the model ran, and configs that tie alone do not tie there: on resnet50
+(light_resnet50, 2 AVX-512 cores) its 256-channel 14x14 Winograd group ran 0.361 ms inside the model with its
+fastest config alone and 0.336 with its second (x5 in the model); choosing so among each group's 4 fastest
+(23 of 29 groups changed) took the model from 23.95 to 23.57 ms beside onnxruntime's 29.60.
+
+So after the search the model is compiled once per rank, the i-th build giving every group its i-th fastest
+config, and the builds run in turns (rounds x runs each), each group's calls timed inside them
+(profile.in_model_times). The times go to the database as records of their own timing (db.IN_MODEL_TIMING),
+replacing the group's earlier ones; being a group's newest records, they are what `compile --db` chooses
+among, until a later search measures the group again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from xcomp.db import IN_MODEL_TIMING, Record, canonical_knobs
+from xcomp.progress import bar
+
+TOP = 4  # configs per group timed inside the model (the model is built once per rank)
+ROUNDS = 4  # turns of the builds; each turn runs each build RUNS times
+RUNS = 10
+
+
+def candidates(tasks, top: int) -> dict:
+    """{group key: the canonical knobs of its `top` fastest configs measured alone}, for groups with a choice."""
+    chosen = {}
+    for task in tasks:
+        fastest = [knobs for ms, knobs in sorted((ms, knobs) for knobs, ms in task.measured.items()
+                                                 if math.isfinite(ms))[:top]]
+        if len(fastest) > 1 and not task.waiting:
+            chosen[task.group.key] = fastest
+    return chosen
+
+
+def time_in_model(build, configs: dict, rounds: int = ROUNDS, runs: int = RUNS, progress: bool = True) -> dict:
+    """{group key: {canonical knobs: [ms per call, ...]}}: each group's configs (`configs`: {group key: [canonical
+    knobs, ...]}) timed inside the model. build({group key: knobs}) -> xcomp.Module; build i gives each group its
+    i-th config (its last where it has fewer)."""
+    from xcomp.profile import in_model_times
+
+    ranks = max(len(knobs) for knobs in configs.values())
+
+    def pick(key, rank):
+        return configs[key][min(rank, len(configs[key]) - 1)]
+
+    steps = bar(total=ranks + rounds * ranks, desc="in the model", unit="step", enabled=progress, leave=False)
+    modules = []
+    for rank in range(ranks):
+        modules.append(build({key: json.loads(pick(key, rank)) for key in configs}))
+        steps.update()
+    times = {key: {knobs: [] for knobs in knob_list} for key, knob_list in configs.items()}
+    for _ in range(rounds):
+        for rank, module in enumerate(modules):
+            keys = {group.name: group.key for group in module.groups}
+            for name, calls in in_model_times(module, runs).items():
+                key = keys.get(name)
+                if key in configs:
+                    times[key][pick(key, rank)].extend(calls)
+            steps.update()
+    steps.close()
+    return times
+
+
+def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs: int = RUNS,
+           input_shapes=None, input_values=None, progress: bool = True) -> dict | None:
+    """Time each task's `top` fastest configs inside the model and store the times (db.replace_in_model);
+    returns {ranks, rounds, runs, groups: [{group, key, count, picked, fastest_alone,
+    in_model_ms: {knobs: median}}], model_fastest_alone_ms, model_picked_ms} (sums over the refined groups of
+    median x count), or None where no group has two configs to choose from."""
+    from xcomp.costmodel import FEATURES_VERSION
+    from xcomp.pipeline import compile_model
+
+    configs = candidates(tasks, top)
+    if not configs:
+        return None
+
+    def build(group_knobs):
+        return compile_model(model, backend.target_string, input_shapes, progress=False, input_values=input_values,
+                             group_knobs=group_knobs)
+
+    times = time_in_model(build, configs, rounds, runs, progress)
+    target, fingerprint = backend.target_string, backend.spec.fingerprint()
+    rows, alone_total, picked_total = [], 0.0, 0.0
+    for task in tasks:
+        key = task.group.key
+        if key not in configs:
+            continue
+        medians = {knobs: float(np.median(calls)) for knobs, calls in times[key].items() if calls}
+        if not medians:  # the group's calls were not timed (a builtin in the VM): nothing to choose by
+            continue
+        db.replace_in_model(key, target, fingerprint, [
+            Record(key, task.group.kind, target, fingerprint, json.loads(knobs), calls,
+                   features_version=FEATURES_VERSION, timing=IN_MODEL_TIMING)
+            for knobs, calls in times[key].items() if calls])
+        picked = min(medians, key=medians.get)
+        fastest_alone = configs[key][0]
+        rows.append({"group": task.group.name, "key": key, "count": task.count, "picked": json.loads(picked),
+                     "fastest_alone": json.loads(fastest_alone), "in_model_ms": medians})
+        alone_total += medians[fastest_alone] * task.count
+        picked_total += medians[picked] * task.count
+    return {"ranks": max(len(k) for k in configs.values()), "rounds": rounds, "runs": runs, "groups": rows,
+            "model_fastest_alone_ms": alone_total, "model_picked_ms": picked_total}
+
+
+def changed(result: dict) -> list:
+    """The refined groups whose pick is not their fastest config alone."""
+    return [row for row in result["groups"] if canonical_knobs(row["picked"]) != canonical_knobs(row["fastest_alone"])]
+
+
+__all__ = ["refine", "time_in_model", "candidates", "changed", "TOP"]
