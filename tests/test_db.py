@@ -152,9 +152,9 @@ def test_in_model_records_replace_their_group_s_earlier_ones_and_are_no_search_t
 
     with TuningDB(tmp_path / "t.sqlite") as db:
         db.add_batch([dataclasses.replace(rec(i, float(i + 1)), timing="cold") for i in range(4)])
-        db.replace_in_model("conv-other", "cpu", "fp1", [timed_in_model(0, 1.0, key="conv-other")])
-        db.replace_in_model("conv-abc", "cpu", "fp1", [timed_in_model(0, 3.0), timed_in_model(1, 2.5)])
-        db.replace_in_model("conv-abc", "cpu", "fp1", [timed_in_model(0, 2.0), timed_in_model(2, 2.2)])
+        db.replace_in_model("cpu", "fp1", {"conv-other": [timed_in_model(0, 1.0, key="conv-other")],
+                                           "conv-abc": [timed_in_model(0, 3.0), timed_in_model(1, 2.5)]})
+        db.replace_in_model("cpu", "fp1", {"conv-abc": [timed_in_model(0, 2.0), timed_in_model(2, 2.2)]})
         in_model = {r.knobs["tile"]: r.median_ms for r in db.records("conv-abc", timing=IN_MODEL_TIMING)}
         assert in_model == {0: 2.0, 2: 2.2}
         assert db.count("conv-abc", timing="cold") == 4 and db.count("conv-other") == 1

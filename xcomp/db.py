@@ -192,15 +192,16 @@ class TuningDB:
             self._conn.execute("ROLLBACK")
             raise
 
-    def replace_in_model(self, workload_key, target, hw_fingerprint, records) -> None:
-        """Store a group's configs timed inside the model (IN_MODEL_TIMING) in place of the ones timed so
-        before, in one transaction: they were timed beside other configs of the other groups, and a pick
-        compares only times taken in the same runs."""
+    def replace_in_model(self, target, hw_fingerprint, records_by_group: dict) -> None:
+        """Store groups' configs timed inside the model (IN_MODEL_TIMING; {workload key: records}) in place of
+        the ones each group had timed so before, all in one transaction: they were timed beside other configs
+        of the other groups, and a pick compares only times taken in the same runs."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND hw_fingerprint = ? AND "
-                               "timing = ?", (workload_key, target, hw_fingerprint, IN_MODEL_TIMING))
-            self._conn.executemany("INSERT" + _INSERT, [_row(r) for r in records])
+            for workload_key, records in records_by_group.items():
+                self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND hw_fingerprint = ?"
+                                   " AND timing = ?", (workload_key, target, hw_fingerprint, IN_MODEL_TIMING))
+                self._conn.executemany("INSERT" + _INSERT, [_row(r) for r in records])
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")

@@ -38,10 +38,10 @@ def pays(spec, uses: int) -> bool:
     memory (they were last used an inference ago), and the tile that streams its own waits on them; with many
     uses per weight that wait is a small part of the tile and the prefetches cost more than they hide.
 
-    Measured inside resnet50 (interleaved with onnxruntime, 80 rounds each): on this Emerald Rapids host (spec
-    294 GFLOP/s, 20 GB/s: pays up to 470 uses) prefetching its 14x14 convs and 56x56 Winograd GEMM (196 pixels
-    or tiles) too took the model from 24.12-24.30 to 23.64-23.80 ms; also prefetching the 28x28 ones (784 pixels)
-    and the 56x56 ones (3136) changed nothing more (23.72-24.08). On the earlier AVX2 host (77 GFLOP/s: up to 123
+    Measured inside resnet50 on this Emerald Rapids host (spec 294 GFLOP/s, 20 GB/s: pays up to 470 uses):
+    prefetching its 14x14 convs and 56x56 Winograd GEMM (196 pixels or tiles) too took the model from 23.91 to
+    23.63 ms (each run right after an onnxruntime run, 60 rounds); also prefetching the 28x28 ones (784 pixels)
+    and the 56x56 ones (3136) changed nothing more. On the earlier AVX2 host (77 GFLOP/s: up to 123
     uses) its 7x7 convs gained 5-8% (512-channel 3x3 1.22 -> 1.15 ms, with cold caches) and its 14x14 and 28x28
     Winograd GEMMs (16 and 52 tiles) 0.43 -> 0.37 and 0.33 -> 0.31 ms in the model, while its 14x14 direct convs
     (1x1 1024 -> 256 0.74 -> 0.77 ms) and 56x56 Winograd GEMM (0.33 -> 0.36) lost."""

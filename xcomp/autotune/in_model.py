@@ -3,8 +3,10 @@
 The search times a group alone (measure.py), its weights where the timing leaves them. Inside the model they
 come from memory, after the rest of the model ran, and configs that tie alone do not tie there: on resnet50
 (light_resnet50, 2 AVX-512 cores) its 256-channel 14x14 Winograd group ran 0.361 ms inside the model with its
-fastest config alone and 0.336 with its second (x5 in the model); choosing so among each group's 4 fastest
-(23 of 29 groups changed) took the model from 23.95 to 23.57 ms beside onnxruntime's 29.60.
+fastest config alone and 0.336 with its second (x5 in the model). Choosing so among each group's 4 fastest
+(23 of 29 groups changed) took the model run back to back from 23.17 to 23.01 ms; run each time right after
+onnxruntime (as `xcomp bench` interleaves them), which evicts what the model leaves in the caches, from 23.83
+to 23.78, within noise.
 
 So after the search the model is compiled once per rank, the i-th build giving every group its i-th fastest
 config, and the builds run in turns (rounds x runs each), each group's calls timed inside them
@@ -87,7 +89,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
 
     times = time_in_model(build, configs, rounds, runs, progress)
     target, fingerprint = backend.target_string, backend.spec.fingerprint()
-    rows, alone_total, picked_total = [], 0.0, 0.0
+    rows, stored, alone_total, picked_total = [], {}, 0.0, 0.0
     for task in tasks:
         key = task.group.key
         if key not in configs:
@@ -95,16 +97,16 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
         medians = {knobs: float(np.median(calls)) for knobs, calls in times[key].items() if calls}
         if not medians:  # the group's calls were not timed (a builtin in the VM): nothing to choose by
             continue
-        db.replace_in_model(key, target, fingerprint, [
-            Record(key, task.group.kind, target, fingerprint, json.loads(knobs), calls,
-                   features_version=FEATURES_VERSION, timing=IN_MODEL_TIMING)
-            for knobs, calls in times[key].items() if calls])
+        stored[key] = [Record(key, task.group.kind, target, fingerprint, json.loads(knobs), calls,
+                              features_version=FEATURES_VERSION, timing=IN_MODEL_TIMING)
+                       for knobs, calls in times[key].items() if calls]
         picked = min(medians, key=medians.get)
         fastest_alone = configs[key][0]
         rows.append({"group": task.group.name, "key": key, "count": task.count, "picked": json.loads(picked),
                      "fastest_alone": json.loads(fastest_alone), "in_model_ms": medians})
         alone_total += medians[fastest_alone] * task.count
         picked_total += medians[picked] * task.count
+    db.replace_in_model(target, fingerprint, stored)
     return {"ranks": max(len(k) for k in configs.values()), "rounds": rounds, "runs": runs, "groups": rows,
             "model_fastest_alone_ms": alone_total, "model_picked_ms": picked_total}
 

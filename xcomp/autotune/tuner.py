@@ -403,8 +403,9 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
             try:
                 refined = in_model.refine(model, backend, db, tasks, top=in_model_top, input_shapes=input_shapes,
                                           input_values=input_values, progress=progress)
-            except KeyboardInterrupt:  # nothing of it stored yet: compile --db keeps the search's fastest
-                pass
+            except KeyboardInterrupt:  # a group's times are stored together, after all were taken
+                print("interrupted: no group was timed inside the model; compile --db uses the search's fastest",
+                      file=sys.stderr)
     return {
         "target": backend.target_string,
         "db": str(db_path),
