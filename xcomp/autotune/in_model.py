@@ -113,7 +113,8 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
 
 def changed(result: dict) -> list:
     """The refined groups whose pick is not their fastest config alone."""
-    return [row for row in result["groups"] if canonical_knobs(row["picked"]) != canonical_knobs(row["fastest_alone"])]
+    return [row for row in result["groups"]
+            if canonical_knobs(row["picked"]) != canonical_knobs(row["fastest_alone"])]
 
 
 __all__ = ["refine", "time_in_model", "candidates", "changed", "TOP"]
