@@ -526,8 +526,8 @@ def build_parser():
                                    "weights fit the last-level cache; else flushed to memory), its data input "
                                    "just written by every thread. Last (measuring here), the model is built once per "
                                    "rank of each group's --in-model-top fastest configs and each group's configs are "
-                                   "timed inside those builds: inside the model the weights come from memory, and "
-                                   "compile --db uses the fastest there. Every measured batch is committed to the "
+                                   "timed inside those builds, where what the rest of the model leaves in the caches "
+                                   "counts too; compile --db uses the fastest there. Every measured batch is committed to the "
                                    "database: an interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
@@ -537,7 +537,7 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--in-model-top", type=int, default=4, metavar="N",
                    help="time each group's N fastest configs inside the model and keep the fastest there (default "
-                        "4: about a minute for resnet50, 4 builds of it; 0: choose by the times alone)")
+                        "4: a minute or two for resnet50, 4 builds of it; 0: choose by the times alone)")
     p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
                    help="where candidates are measured: local (this machine, default); bundle (written to "
                         "--bundle-dir, measured by its run.py on another machine, imported by the next run: one "
