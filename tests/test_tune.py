@@ -376,6 +376,24 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     assert best_knobs_from_db(path, [task.group], target, fingerprint) == {task.group.key: task.best_knobs}
 
 
+def test_a_failing_in_model_step_loses_nothing_the_search_measured(tmp_path, monkeypatch):
+    """The in-model step runs after the whole search: if it fails, tune still returns its summary, says why,
+    and compile --db uses the search's records."""
+    from xcomp.autotune import in_model
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no memory for a fourth build")
+
+    monkeypatch.setattr(in_model, "time_in_model", fails)
+    model, db = tiny_mlp(4), tmp_path / "t.sqlite"
+    result = xcomp.tune(model, db=db, trials=4, seed=0)
+    assert "no memory for a fourth build" in result["in_model"]["error"]
+    with TuningDB(db) as d:
+        assert d.count() == result["trials"] and d.count(timing=IN_MODEL_TIMING) == 0
+    module = xcomp.compile(model, tune_db=db)
+    assert all(c["source"] == "database" for c in module.info["schedules"].values())
+
+
 def test_default_and_best_are_confirmed_alike(tmp_path):
     """The confirm round measures the default again too: "default -> tuned" sets two configs measured the same
     way against each other, so the default never looks faster than itself (it did: 0.55x in a squeezenet

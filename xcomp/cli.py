@@ -302,6 +302,10 @@ def _print_in_model(refined):
 
     if not refined:
         return
+    if "error" in refined:
+        print(f"Timing the fastest configs inside the model failed ({refined['error']}); compile --db uses each "
+              "group's fastest timed alone.")
+        return
     moved = changed(refined)
     print(f"Inside the model ({refined['ranks']} fastest configs per group, {refined['rounds']} x {refined['runs']} "
           f"runs each): {len(moved)} of {len(refined['groups'])} groups run faster there with another config; "

@@ -24,7 +24,7 @@ from xcomp.progress import bar
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
 from xcomp.db import TuningDB, canonical_knobs
-from xcomp.errors import UserError
+from xcomp.errors import UserError, describe
 from xcomp.autotune.measure import LocalBuilder, LocalRunner, MeasurementDeferred, Workload, func_params
 from xcomp.autotune import in_model
 from xcomp.autotune.search import propose
@@ -403,9 +403,11 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
             try:
                 refined = in_model.refine(model, backend, db, tasks, top=in_model_top, input_shapes=input_shapes,
                                           input_values=input_values, progress=progress)
-            except KeyboardInterrupt:  # a group's times are stored together, after all were taken
+            except KeyboardInterrupt:  # the groups' times are stored together, after all were taken
                 print("interrupted: no group was timed inside the model; compile --db uses the search's fastest",
                       file=sys.stderr)
+            except Exception as err:  # the search's records are stored: a failing last step must not lose them
+                refined = {"error": describe(err)}
     return {
         "target": backend.target_string,
         "db": str(db_path),
