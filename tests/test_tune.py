@@ -351,12 +351,15 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
         (task,) = tuner.tune(model_tasks(model, backend, None)[0], trials=8)
         alone = in_model.candidates([task], in_model.TOP)[task.group.key]
 
-        def reversed_inside(module, runs):
-            (group,) = [g for g in module.groups if g.key == task.group.key]
-            knobs = canonical_knobs(module.info["schedules"][group.key]["knobs"])
-            return {group.name: [float(len(alone) - alone.index(knobs))] * runs}
+        def reversed_inside(modules, runs):
+            times = []
+            for module in modules:
+                (group,) = [g for g in module.groups if g.key == task.group.key]
+                knobs = canonical_knobs(module.info["schedules"][group.key]["knobs"])
+                times.append({group.name: [float(len(alone) - alone.index(knobs))] * runs})
+            return times
 
-        monkeypatch.setattr(profile, "in_model_times", reversed_inside)
+        monkeypatch.setattr(profile, "interleaved_in_model_times", reversed_inside)
         result = in_model.refine(model, backend, db, [task], progress=False)
         assert len(alone) == in_model.TOP and db.count(task.group.key, timing=IN_MODEL_TIMING) == 1  # the pick
     (row,) = result["groups"]

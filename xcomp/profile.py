@@ -36,6 +36,13 @@ def in_model_times(module, runs: int = 10) -> dict:
     Unlike a group timed alone, each call finds its inputs where the previous group left them and its weights
     wherever the rest of the model evicted them to: on resnet50 the large-weight convs take up to 1.6x their
     time alone. Each time includes the instrument's own overhead, a few microseconds."""
+    return interleaved_in_model_times([module], runs)[0]
+
+
+def interleaved_in_model_times(modules, runs: int = 10) -> list:
+    """in_model_times of each module (one dict per module), their runs alternating: run i of every module
+    before run i + 1 of any, so a drift of the machine's speed reaches them alike (modules of one model built
+    with different configs are compared so)."""
     import time
 
     import tvm
@@ -43,25 +50,34 @@ def in_model_times(module, runs: int = 10) -> dict:
 
     from xcomp.module import runtime_checks_as_input_errors
 
-    vm = relax.VirtualMachine(module._executable, module.backend.device())
-    inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
-    args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
-    with runtime_checks_as_input_errors():
-        vm["main"](*args)  # warm-up, uninstrumented
-    started, times = {}, {}
+    machines = []
+    for module in modules:
+        vm = relax.VirtualMachine(module._executable, module.backend.device())
+        inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
+        args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
+        with runtime_checks_as_input_errors():
+            vm["main"](*args)  # warm-up, uninstrumented
+        machines.append((vm, args, {}))
 
-    def instrument(func, name, before, ret, *call_args):  # noqa: ARG001 (TVM's instrument signature)
-        now = time.perf_counter()
-        if before:
-            started[name] = now
-        else:
-            times.setdefault(name, []).append((now - started[name]) * 1e3)
+    def instrument_for(times):
+        started = {}
 
-    vm.set_instrument(instrument)
+        def instrument(func, name, before, ret, *call_args):  # noqa: ARG001 (TVM's instrument signature)
+            now = time.perf_counter()
+            if before:
+                started[name] = now
+            else:
+                times.setdefault(name, []).append((now - started[name]) * 1e3)
+
+        return instrument
+
+    for vm, _, times in machines:
+        vm.set_instrument(instrument_for(times))
     with runtime_checks_as_input_errors():
         for _ in range(runs):
-            vm["main"](*args)
-    return times
+            for vm, args, _ in machines:
+                vm["main"](*args)
+    return [times for _, _, times in machines]
 
 
 def _median(values):

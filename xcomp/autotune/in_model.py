@@ -9,11 +9,11 @@ onnxruntime (as `xcomp bench` interleaves them), which evicts what the model lea
 to 23.78, within noise.
 
 So after the search the model is compiled once per rank, the i-th build giving every group its i-th fastest
-config, and the builds run in turns (rounds x runs each), each group's calls timed inside them
-(profile.in_model_times); another config than the fastest alone is chosen only where it was faster in every
-round (choose). The pick's times go to the database as a record of their own timing (db.IN_MODEL_TIMING),
-replacing the group's earlier one; being the group's newest record, it is what `compile --db` uses, until a
-later search measures the group again.
+config, and the builds run in turns, one run each at a time (rounds x runs), each group's calls timed inside
+them (profile.interleaved_in_model_times); another config than the fastest alone is chosen only where it was
+faster in every round (choose). The pick's times go to the database as a record of their own timing
+(db.IN_MODEL_TIMING), replacing the group's earlier one; being the group's newest record, it is what
+`compile --db` uses, until a later search measures the group again.
 """
 
 from __future__ import annotations
@@ -46,27 +46,27 @@ def time_in_model(build, configs: dict, rounds: int = ROUNDS, runs: int = RUNS, 
     """{group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}: each group's configs
     (`configs`: {group key: [canonical knobs, ...]}) timed inside the model. build({group key: knobs}) ->
     xcomp.Module; build i gives each group its i-th config (its last where it has fewer)."""
-    from xcomp.profile import in_model_times
+    from xcomp.profile import interleaved_in_model_times
 
     ranks = max(len(knobs) for knobs in configs.values())
 
     def pick(key, rank):
         return configs[key][min(rank, len(configs[key]) - 1)]
 
-    steps = bar(total=ranks + rounds * ranks, desc="in the model", unit="step", enabled=progress, leave=False)
+    steps = bar(total=ranks + rounds, desc="in the model", unit="step", enabled=progress, leave=False)
     modules = []
     for rank in range(ranks):
         modules.append(build({key: json.loads(pick(key, rank)) for key in configs}))
         steps.update()
     times = {key: {knobs: [[] for _ in range(rounds)] for knobs in knob_list} for key, knob_list in configs.items()}
     for round_ in range(rounds):
-        for rank, module in enumerate(modules):
+        for rank, (module, calls_by_name) in enumerate(zip(modules, interleaved_in_model_times(modules, runs))):
             keys = {group.name: group.key for group in module.groups}
-            for name, calls in in_model_times(module, runs).items():
+            for name, calls in calls_by_name.items():
                 key = keys.get(name)
                 if key in configs:
                     times[key][pick(key, rank)][round_].extend(calls)
-            steps.update()
+        steps.update()
     steps.close()
     return times
 
