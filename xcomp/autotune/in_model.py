@@ -3,10 +3,12 @@
 The search times a group alone (measure.py), its weights where the timing leaves them. Inside the model they
 come from memory, after the rest of the model ran, and configs that tie alone do not tie there: on resnet50
 (light_resnet50, 2 AVX-512 cores) its 256-channel 14x14 Winograd group ran 0.361 ms inside the model with its
-fastest config alone and 0.336 with its second (x5 in the model). Choosing so among each group's 4 fastest
-(23 of 29 groups changed) took the model run back to back from 23.17 to 23.01 ms; run each time right after
-onnxruntime (as `xcomp bench` interleaves them), which evicts what the model leaves in the caches, from 23.83
-to 23.78, within noise.
+fastest config alone and 0.336 with its second (x5 in the model). A first version of this step, which timed
+each build in blocks of runs and took the lowest median, changed 23 of 29 groups and took the model run back to
+back from 23.17 to 23.01 ms; run each time right after onnxruntime (as `xcomp bench` interleaves them), which
+evicts what the model leaves in the caches, from 23.83 to 23.78, within noise. As it is now it changed 10 of 29
+groups of a 20-minute tuning database, and the model ran 20.34 ms against 20.35 beside onnxruntime: it picks
+fairly, but a gain under those conditions is not shown.
 
 So after the search the model is compiled once per rank, the i-th build giving every group its i-th fastest
 config, and the builds run in turns, one run each at a time (rounds x runs), each group's calls timed inside
@@ -19,7 +21,6 @@ faster in every round (choose). The pick's times go to the database as a record 
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from xcomp.db import IN_MODEL_TIMING, Record, canonical_knobs
 from xcomp.progress import bar
 
 TOP = 4  # configs per group timed inside the model (the model is built once per rank)
-ROUNDS = 4  # turns of the builds; each turn runs each build RUNS times
+ROUNDS = 4  # rounds the choice compares (choose); in each the builds alternate, RUNS runs of each
 RUNS = 10
 
 
@@ -35,8 +36,7 @@ def candidates(tasks, top: int) -> dict:
     """{group key: the canonical knobs of its `top` fastest configs measured alone}, for groups with a choice."""
     chosen = {}
     for task in tasks:
-        fastest = [knobs for ms, knobs in sorted((ms, knobs) for knobs, ms in task.measured.items()
-                                                 if math.isfinite(ms))[:top]]
+        fastest = task.fastest(top)
         if len(fastest) > 1 and not task.waiting:
             chosen[task.group.key] = fastest
     return chosen

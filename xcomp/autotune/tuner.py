@@ -49,6 +49,11 @@ class Task:
     measured: dict = dataclasses.field(default_factory=dict)  # canonical knobs -> median ms (inf: failed)
     curve: list = dataclasses.field(default_factory=list)  # best ms after each trial of this run
 
+    def fastest(self, count: int) -> list:
+        """Canonical knobs of the task's `count` fastest successful configs."""
+        return [knobs for ms, knobs in sorted((ms, knobs) for knobs, ms in self.measured.items()
+                                              if math.isfinite(ms))[:count]]
+
     def priority(self, window: int = 16) -> float:
         """Expected model-latency gain of this task's next trial, as Ansor's task scheduler estimates it: half
         the recent improvement rate (backward), half an optimistic share of what remains (forward: best time over
@@ -273,7 +278,7 @@ class Tuner:
                 continue
             default = canonical_knobs(task.template.default_knobs())
             confirmed = set()
-            batch = self._fastest(task, top)
+            batch = task.fastest(top)
             if batch and default not in batch and math.isfinite(task.measured.get(default, math.inf)):
                 batch.append(default)
             for _ in range(rounds):
@@ -281,7 +286,7 @@ class Tuner:
                     break
                 confirmed.update(batch)
                 best_confirmed = min(task.measured[k] for k in confirmed)
-                batch = [k for k in self._fastest(task, top) if k not in confirmed
+                batch = [k for k in task.fastest(top) if k not in confirmed
                          and task.measured[k] < best_confirmed]
             task.default_ms = task.measured.get(default, task.default_ms)
             task.best_ms, best = min((ms, knobs) for knobs, ms in task.measured.items())
@@ -308,12 +313,6 @@ class Tuner:
                     return
                 times[canonical_knobs(result.knobs)].append(result.median_ms)
         task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
-
-    @staticmethod
-    def _fastest(task, count: int) -> list:
-        """Canonical knobs of the task's `count` fastest successful configs."""
-        return [knobs for ms, knobs in sorted((ms, knobs) for knobs, ms in task.measured.items()
-                                              if math.isfinite(ms))[:count]]
 
     def _remeasure(self, task, batch) -> bool:
         """Measure `batch` (canonical knobs) again into the database and refresh task.measured; False when the
