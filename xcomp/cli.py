@@ -531,7 +531,8 @@ def build_parser():
                                    "just written by every thread. Last (measuring here), the model is built once per "
                                    "rank of each group's --in-model-top fastest configs and each group's configs are "
                                    "timed inside those builds, where what the rest of the model leaves in the caches "
-                                   "counts too; compile --db uses the fastest there. Every measured batch is committed to the "
+                                   "counts too; compile --db then uses another config than the fastest alone where "
+                                   "it was faster there in every round. Every measured batch is committed to the "
                                    "database: an interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
@@ -540,7 +541,7 @@ def build_parser():
     p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--in-model-top", type=int, default=4, metavar="N",
-                   help="time each group's N fastest configs inside the model and keep the fastest there (default "
+                   help="time each group's N fastest configs inside the model and keep one that wins there (default "
                         "4: a minute or two for resnet50, 4 builds of it; 0: choose by the times alone)")
     p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
                    help="where candidates are measured: local (this machine, default); bundle (written to "
