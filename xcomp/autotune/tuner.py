@@ -6,7 +6,8 @@ gets measured. Every measured batch is committed to the database before the next
 skips what is already there; Ctrl-C stops after keeping everything measured. At the end each group's three
 fastest configs and its default are measured once more, until the fastest has been measured twice
 (Tuner.confirm), so a lucky first measurement cannot pick the config; then, measuring on this machine,
-tune_model times each group's fastest configs inside the model and keeps the fastest there (in_model.py).
+tune_model times each group's fastest configs inside the model and keeps another than the fastest alone only
+where it was faster there in every round (in_model.py).
 """
 
 from __future__ import annotations
