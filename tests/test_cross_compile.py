@@ -79,9 +79,26 @@ def _linear_f16(m=100, k=96, n=80):
     return bb.get()
 
 
+def _grouped_conv_bias(channels=136, groups=4, side=14):
+    """shufflenet's 14x14 grouped 1x1 conv with its folded batch norm: dlight schedules it as a reduction with
+    several output channels per thread and an element-wise epilogue."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels, side, side), "float32"))
+    w = relax.Var("w", relax.TensorType((channels, channels // groups, 1, 1), "float32"))
+    b = relax.Var("b", relax.TensorType((1, channels, 1, 1), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, w, groups=groups))
+            out = bb.emit_output(relax.op.add(y, b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 MODELS = {"conv_f32": _conv_relu, "matmul_f32": lambda: _matmul_relu("float32"),
           "matmul_f16": lambda: _matmul_relu("float16"), "attention_f16": _attention_scores_f16,
-          "linear_f16": _linear_f16}
+          "linear_f16": _linear_f16, "grouped_conv_f32": _grouped_conv_bias}
 
 
 def fused(relax_mod):
@@ -319,6 +336,32 @@ def test_float32_matmuls_keep_the_simt_template():
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_a_reduction_epilogue_reads_no_other_thread_s_registers(target):
+    """dlight's Reduction rule gives each thread several output channels of a pixel, written in its own loop order,
+    and splits the element-wise epilogue's loops in theirs, so epilogue threads read values other threads wrote:
+    those must be in shared memory (dlight left them thread-local: shufflenet's logits were wrong on an H200)."""
+    import tvm_ffi
+    from tvm.s_tir.stmt import SBlock
+
+    from xcomp.partition import func_buffers
+    from xcomp.schedules import gpu
+
+    conv = next(f for gv, f in fused(_grouped_conv_bias()).functions.items() if "conv2d" in gv.name_hint)
+    scheduled = gpu.get_template(conv, get_backend(target).spec).schedule(None)
+    blocks = {}
+
+    def record(block):
+        blocks[block.name_hint] = block
+        return block
+
+    tvm_ffi.structural_map(scheduled.body, [(SBlock, record)])
+    assert any(name.endswith("_rf_update") for name in blocks)  # the rule under test (rfactor over threads) ran
+    params = {buffer.name for buffer in func_buffers(scheduled)}
+    reads = [r.source for r in blocks["T_add"].reads if r.source.name not in params]
+    assert reads and all(buffer.scope() == "shared" for buffer in reads), [(b.name, b.scope()) for b in reads]
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
 def test_template_knobs_respect_the_spec(target):
     from xcomp.schedules import gpu
 
@@ -339,7 +382,7 @@ def test_template_knobs_respect_the_spec(target):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["cuda", "rocm"])
-@pytest.mark.parametrize("model", ["matmul_f32", "matmul_f16", "attention_f16"])
+@pytest.mark.parametrize("model", ["matmul_f32", "matmul_f16", "attention_f16", "grouped_conv_f32"])
 def test_runs_on_visible_gpu(kind, model):
     import tvm
     from tvm import relax
@@ -353,6 +396,12 @@ def test_runs_on_visible_gpu(kind, model):
         q, k = (rng.standard_normal((2, n, 64)).astype("float16") for n in (96, 80))
         args = (q, k)
         want = (q.astype(np.float32) @ k.astype(np.float32).transpose(0, 2, 1)) * 0.125
+    elif model == "grouped_conv_f32":
+        args = (rng.standard_normal((1, 136, 14, 14)).astype("float32"),
+                rng.standard_normal((136, 34, 1, 1)).astype("float32"),
+                rng.standard_normal((1, 136, 1, 1)).astype("float32"))
+        x, w, b = (a.astype(np.float64) for a in args)
+        want = np.einsum("gkc,gchw->gkhw", w.reshape(4, 34, 34), x.reshape(4, 34, 14, 14)).reshape(1, 136, 14, 14) + b
     else:
         dtype = "float16" if model.endswith("f16") else "float32"
         args = (rng.standard_normal((128, 256)).astype(dtype), rng.standard_normal((256, 256)).astype(dtype))

@@ -32,8 +32,34 @@ def _rules(tiles: Knobs):
                 unroll=tiles["unroll"], use_shared=True, storage_align=True, inner_x=False,
             )
 
-    return [("matmul", TiledMatmul()), ("gemv", dl.gpu.GEMV()), ("reduction", dl.gpu.Reduction()),
+    return [("matmul", TiledMatmul()), ("gemv", dl.gpu.GEMV()), ("reduction", _reduction_rule()),
             ("reduction", dl.gpu.GeneralReduction()), ("injective", dl.gpu.Fallback())]
+
+
+def _reduction_rule():
+    """dlight's Reduction rule with its element-wise epilogue fixed where the reduced values cross threads.
+
+    With the spatial loops innermost and several of them per thread (`unroll_spatial_factor`), the rule writes
+    the reduced values in its own loop order (a grouped 1x1 conv: a pixel per thread, its 34 channels in turn)
+    and splits the epilogue's loops in their natural order (channels outermost), so an epilogue thread reads
+    values another thread wrote; dlight keeps them thread-local all the same, and the epilogue reads garbage
+    (shufflenet's 14x14 grouped 1x1 conv + bias on an H200: wrong logits). Shared memory makes them visible to
+    the whole block; TVM inserts the barrier before the epilogue reads them.
+    """
+    from tvm.s_tir import dlight as dl
+    from tvm.s_tir.dlight.analysis import is_broadcast_epilogue
+
+    class Reduction(dl.gpu.Reduction):
+        # the rule's own step for this layout (a private method of the pinned TVM 0.27), then the fix
+        def _sch_inner_spatial(self, sch, target, block, s_factor, unroll_spatial_factor, epilogue_info,
+                               loop_order, s_split_index):
+            super()._sch_inner_spatial(sch, target, block, s_factor, unroll_spatial_factor, epilogue_info,
+                                       loop_order, s_split_index)
+            if (unroll_spatial_factor and epilogue_info is not None
+                    and not is_broadcast_epilogue(sch, block, epilogue_info.block_rv)):
+                sch.set_scope(block, 0, "shared")
+
+    return Reduction()
 
 
 class DlightTemplate(Template):
