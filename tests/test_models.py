@@ -16,6 +16,8 @@ from conftest import data_dir, ort_run
 LIGHT = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(data_dir("light", "*.onnx")))
 # Big ones (tens of GFLOPs per run, hundreds of MB of folded weights) run in the slow set.
 SLOW_LIGHT = {"light_vgg19", "light_zfnet512", "light_bvlc_alexnet"}
+# On a GPU, where one is visible: the six that are not slow.
+GPU_LIGHT = [n for n in LIGHT if n not in SLOW_LIGHT]
 
 
 def test_all_nine_light_models_are_shipped():
@@ -28,8 +30,24 @@ def test_all_nine_light_models_are_shipped():
 def test_light_model_matches_onnxruntime(name):
     """With random weights: the shipped ones are one constant, under which every channel computes the same value
     and the softmax is uniform, so a mixed-up channel or pixel would still match."""
+    _check_against_onnxruntime(name, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
+@pytest.mark.parametrize("name", GPU_LIGHT)
+def test_light_model_on_visible_gpu_matches_onnxruntime(kind, name):
+    import tvm
+
+    if not getattr(tvm, kind)(0).exist:
+        pytest.skip(f"no {kind} GPU visible")
+    _check_against_onnxruntime(name, kind)
+
+
+def _check_against_onnxruntime(name, target):
+    """The light model with random weights, compiled for `target`, against onnxruntime on this CPU."""
     model = with_random_weights(onnx.load(data_dir("light", name + ".onnx")), seed=0)
-    module = xcomp.compile(model)
+    module = xcomp.compile(model, target=target)
     inputs = module.random_inputs(seed=1)
     ours, ref = module.run(inputs), ort_run(model, inputs)
     logits = ref[-1]
@@ -38,7 +56,8 @@ def test_light_model_matches_onnxruntime(name):
         # activations grow through the random layers: compare at the output's scale (errors of a mixed-up
         # channel are of the order of the logits' spread)
         scale = max(1.0, float(np.abs(want).max()))
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale, err_msg=f"{name} output {output}")
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale,
+                                   err_msg=f"{name} ({target}) output {output}")
 
 
 def _cases(set_name):
