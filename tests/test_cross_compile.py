@@ -340,25 +340,29 @@ def test_a_reduction_epilogue_reads_no_other_thread_s_registers(target):
     """dlight's Reduction rule gives each thread several output channels of a pixel, written in its own loop order,
     and splits the element-wise epilogue's loops in theirs, so epilogue threads read values other threads wrote:
     those must be in shared memory (dlight left them thread-local: shufflenet's logits were wrong on an H200)."""
-    import tvm_ffi
-    from tvm.s_tir.stmt import SBlock
-
-    from xcomp.partition import func_buffers
+    from gpu_threads import foreign_local_reads
     from xcomp.schedules import gpu
 
     conv = next(f for gv, f in fused(_grouped_conv_bias()).functions.items() if "conv2d" in gv.name_hint)
     scheduled = gpu.get_template(conv, get_backend(target).spec).schedule(None)
-    blocks = {}
+    assert "_rf" in scheduled.script()  # the rule under test (an rfactor over threads) scheduled it
+    assert foreign_local_reads(scheduled) == []
 
-    def record(block):
-        blocks[block.name_hint] = block
-        return block
 
-    tvm_ffi.structural_map(scheduled.body, [(SBlock, record)])
-    assert any(name.endswith("_rf_update") for name in blocks)  # the rule under test (rfactor over threads) ran
-    params = {buffer.name for buffer in func_buffers(scheduled)}
-    reads = [r.source for r in blocks["T_add"].reads if r.source.name not in params]
-    assert reads and all(buffer.scope() == "shared" for buffer in reads), [(b.name, b.scope()) for b in reads]
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+@pytest.mark.parametrize("name", ["light_shufflenet", "light_densenet121", "light_inception_v2"])
+def test_no_gpu_kernel_of_a_light_model_reads_another_thread_s_registers(target, name):
+    """Every group of the model as scheduled for the GPU: each element of a thread-local buffer is read only by
+    threads that wrote it (gpu_threads.py), which a CPU can check and only a GPU would otherwise show."""
+    from gpu_threads import foreign_local_reads
+    from xcomp.frontends import load_onnx
+    from xcomp.partition import partition
+    from xcomp.pipeline import schedule_group
+
+    spec = get_backend(target).spec
+    mod, groups = partition(load_onnx(data_dir("light", name + ".onnx")).mod, spec, [])
+    found = {group.name: foreign_local_reads(schedule_group(group, spec, None)[0]) for group in groups}
+    assert {name: reads for name, reads in found.items() if reads} == {}
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
