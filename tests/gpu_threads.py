@@ -31,7 +31,7 @@ def foreign_local_reads(func) -> list:
     for name, accesses in uses.items():
         written, reads = set(), []
         for block, indices, is_write in accesses:
-            keys = _thread_element_pairs(block, indices, skip=broadcast[name] if name in broadcast else set())
+            keys = _thread_element_pairs(block, indices, skip=broadcast.get(name, set()))
             if keys is None:
                 continue  # symbolic or too many iterations: not checked
             if is_write:

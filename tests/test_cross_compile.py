@@ -360,9 +360,9 @@ def test_no_gpu_kernel_of_a_light_model_reads_another_thread_s_registers(target,
     from xcomp.pipeline import schedule_group
 
     spec = get_backend(target).spec
-    mod, groups = partition(load_onnx(data_dir("light", name + ".onnx")).mod, spec, [])
+    _, groups = partition(load_onnx(data_dir("light", name + ".onnx")).mod, spec, [])
     found = {group.name: foreign_local_reads(schedule_group(group, spec, None)[0]) for group in groups}
-    assert {name: reads for name, reads in found.items() if reads} == {}
+    assert {group: reads for group, reads in found.items() if reads} == {}
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
