@@ -1,5 +1,5 @@
 """Symbolic vs specialized: one module compiled with its batch (and sequence) dims kept symbolic, against a module
-compiled for each size with --input-shape, and onnxruntime, timed interleaved on the same inputs.
+compiled for each size with --input-shape, and onnxruntime, timed in alternating blocks on the same inputs.
 
 Usage: python benchmarks/dynamic_shapes.py [--repeat 200] [--batch 1 --batch 8] [mlp] [cnn] [encoder]
 mlp and cnn are the small models the tests use (tests/dynamic_models.py); encoder is the torch-exported
@@ -21,7 +21,7 @@ import dynamic_models  # noqa: E402
 import onnx  # noqa: E402
 
 import xcomp  # noqa: E402
-from xcomp.bench import OnnxRuntimeBaseline, interleaved_samples  # noqa: E402
+from xcomp.bench import OnnxRuntimeBaseline, alternating_blocks  # noqa: E402
 
 ENCODER_SEQ = 32
 
@@ -57,7 +57,7 @@ def main():
             specialized = xcomp.compile(model, input_shapes={k: v.shape for k, v in feed.items()})
             for got, want in zip(symbolic.run(feed).values(), ort(feed)):
                 np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
-            samples = interleaved_samples({"symbolic": lambda: symbolic(**feed),
+            samples, _after_switch = alternating_blocks({"symbolic": lambda: symbolic(**feed),
                                            "specialized": lambda: specialized(**feed),
                                            "onnxruntime": lambda: ort(feed)},
                                           repeat=args.repeat, warmup=10, progress=False)

@@ -4,7 +4,7 @@ Usage: python benchmarks/vs_torch.py [--repeat 50] [--json out.json] [model ...]
 
 Each model is built and seeded as tools/make_user_models.py does, exported twice from the same weights (ONNX,
 opset 17, static shapes; a torch.export program), and timed by `xcomp bench --torch-model` in its own
-subprocess: all four runners interleaved on the same inputs. Ratios are the runner's median over xcomp's
+subprocess: all four runners taking turns in blocks on the same inputs. Ratios are the runner's median over xcomp's
 (> 1: xcomp is faster).
 """
 

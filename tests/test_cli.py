@@ -98,11 +98,20 @@ def test_bench_against_onnxruntime(tmp_path):
     (target,), (ort,) = doc["targets"], doc["baselines"]
     assert target["status"] == ort["status"] == "measured" and ort["name"] == "onnxruntime"
     assert target["latency"]["runs"] == 5 and ort["latency"]["runs"] == 5 and ort["latency"]["median_ms"] > 0
+    # one block of 6 calls each: its first, right after the other runner's block, is reported apart
+    assert target["latency_after_switch"]["runs"] == ort["latency_after_switch"]["runs"] == 1
     assert target["check"] == {"reference": "onnxruntime", "max_abs_diff": target["check"]["max_abs_diff"],
                                "uniform_reference": False}
     assert target["check"]["max_abs_diff"] < 1e-4
     assert "groups" not in target  # the per-group profile is for --report
     assert target["model_flops"] > 0  # the table's rate column divides this by each runner's median
+
+
+def test_bench_refuses_a_block_without_steady_runs(tmp_path):
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(2), str(model_path))
+    r = xcomp_cli("bench", str(model_path), "--block", "1", "-q")
+    assert r.returncode == 1 and "--block 1" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bench_table_without_report_is_the_report_table(tmp_path):

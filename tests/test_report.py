@@ -111,6 +111,9 @@ def test_measured_cpu_target(run):
     assert cpu["status"] == "measured" and cpu["origin"]["kind"] == "this run"
     lat = cpu["latency"]
     assert lat["runs"] == 5 and len(cpu["samples_ms"]) == 5
+    # 5 steady runs fit one block of 6 (the default), whose first run followed another runner's block
+    assert cpu["latency_after_switch"]["runs"] == 1 and len(cpu["after_switch_samples_ms"]) == 1
+    assert run["report"]["settings"]["block"] == 6
     assert 0 < lat["min_ms"] <= lat["median_ms"] <= lat["p90_ms"] <= lat["max_ms"]
     assert lat["spread_pct"] >= 0
     assert cpu["throughput"]["inferences_per_s"] == pytest.approx(1e3 / lat["median_ms"])

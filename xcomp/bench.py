@@ -1,5 +1,5 @@
-"""Interleaved timing on the same inputs, and the onnxruntime baseline: what `xcomp bench` (xcomp/report) and
-the benchmarks/ scripts time with."""
+"""Timing runners side by side on the same inputs, and the onnxruntime baseline: what `xcomp bench` (xcomp/report)
+and the benchmarks/ scripts time with."""
 
 from __future__ import annotations
 
@@ -8,21 +8,47 @@ import warnings
 
 from xcomp.errors import UserError
 
+# Calls per block: the first follows another runner, the rest are the steady state a serving loop sees.
+BLOCK = 6
+# Pause before each block, so that the last runner's pool threads, which spin for a while after its calls, are idle
+# again (onnxruntime's spin ~40 ms: xcomp's resnet50 call right after one of its runs took 56.7 ms, 23.6 ms after a
+# 40 ms pause and 23.6 after an onnxruntime run without spinning).
+SETTLE_S = 0.1
 
-def interleaved_samples(runners: dict, repeat: int, warmup: int, progress: bool) -> dict:
-    """{key: [ms, ...]}: every runner called once per round, in turn, so machine noise hits them all alike."""
+
+def alternating_blocks(runners: dict, repeat: int, warmup: int, block: int = BLOCK, progress: bool = False):
+    """Time every runner `repeat` times in steady state, the runners taking turns: each round, each runs a block
+    of back-to-back calls after a pause (SETTLE_S), so slow moments of a shared machine hit them all alike. The
+    first call of a block runs after another runner's block, which took the caches (and, without the pause, its
+    spinning threads would take a core): it is timed apart. `warmup` untimed calls of each runner come first.
+    Returns (steady, after_switch), each {key: [ms, ...]}; with one runner there is no switch and every call is
+    steady."""
     from xcomp.progress import bar
 
-    for _ in range(warmup):
-        for run in runners.values():
+    if block < 2:
+        raise UserError(f"a block of {block} call(s) has no steady call after its first: use 2 or more")
+    for run in runners.values():
+        for _ in range(warmup):
             run()
-    samples = {key: [] for key in runners}
-    for _ in bar(range(repeat), desc="bench", unit="round", enabled=progress, leave=False):
+    alone = len(runners) == 1
+    per_block = block if alone else block - 1
+    steady = {key: [] for key in runners}
+    after_switch = {key: [] for key in runners}
+    rounds = -(-repeat // per_block)
+    for index in bar(range(rounds), desc="bench", unit="round", enabled=progress, leave=False):
+        calls = min(per_block, repeat - index * per_block)
         for key, run in runners.items():
-            t = time.perf_counter()
-            run()
-            samples[key].append((time.perf_counter() - t) * 1e3)
-    return samples
+            if not alone:
+                time.sleep(SETTLE_S)
+                after_switch[key].append(_timed_ms(run))
+            steady[key].extend(_timed_ms(run) for _ in range(calls))
+    return steady, after_switch
+
+
+def _timed_ms(run) -> float:
+    t = time.perf_counter()
+    run()
+    return (time.perf_counter() - t) * 1e3
 
 
 # baseline name -> (onnxruntime execution provider, device it runs on)
@@ -58,10 +84,10 @@ class OnnxRuntimeBaseline:
                 f"{_GPU_PACKAGE.get(provider, 'another onnxruntime build')} has it, on a machine with that GPU")
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        # ORT's pool threads spin for a while after each run; interleaved with xcomp they would steal the cores
-        # xcomp's next run needs (squeezenet: xcomp 4.9 ms alone, 29.4 ms interleaved with spinning on, 4.9 with
-        # it off; onnxruntime itself 2.5 vs 2.7 ms, within noise).
-        self.settings = {"providers": [provider], "intra_op_allow_spinning": False}
+        # onnxruntime as its users run it: its default settings, whose pool threads spin for a while after each
+        # run (alternating_blocks pauses after every block for them). On resnet50 here that spinning made it 2%
+        # faster than without (29.5 vs 30.1 ms, blocks of 10 calls in one process).
+        self.settings = {"providers": [provider], "intra_op_allow_spinning": True}
         opts.add_session_config_entry("session.intra_op.allow_spinning",
                                       str(int(self.settings["intra_op_allow_spinning"])))
         with warnings.catch_warnings():  # the fallback below warns on stderr too: the report says it once

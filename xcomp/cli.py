@@ -410,6 +410,10 @@ def cmd_bench(args):
         from xcomp.errors import UserError
 
         raise UserError("bench needs a model (or --compare A.json B.json)")
+    if args.block < 2:
+        from xcomp.errors import UserError
+
+        raise UserError(f"--block {args.block}: a block needs 2 or more runs (its first follows another runner)")
     return _bench_report(args, args.target or ["cpu"])
 
 
@@ -433,12 +437,13 @@ def _bench_report(args, targets):
                             input_values=_input_values(args), db=args.db, results=args.results or [],
                             warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
                             argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail,
-                            torch_model=args.torch_model)
+                            torch_model=args.torch_model, block=args.block)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
     table = latency_table(report)
-    print(f"{args.model}: {len(report['targets'])} target(s), median of {args.repeat} interleaved runs")
+    print(f"{args.model}: {len(report['targets'])} target(s), median of {args.repeat} steady runs "
+          f"(in alternating blocks of {args.block})")
     print(_table(table.rows, table.headers))
     for b in report["baselines"]:
         if b.get("status") != "measured":
@@ -585,14 +590,16 @@ def build_parser():
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_conformance)
 
+    from xcomp.bench import BLOCK
+
     p = sub.add_parser("bench", help="time a model on targets against baselines; write a report",
-                       description="Compile a model, then time it and each baseline alternately on the same "
-                                   "random inputs; print medians, spread and the speed against onnxruntime for "
-                                   "every -t target (measured here, imported from --results, or predicted from "
-                                   "its HardwareSpec and labelled so); --json prints that as the report document. "
-                                   "With --report: also the per-group profile and BLAS for GEMM groups, written "
-                                   "with charts as report.json/.md/.html. With --compare: the change between two "
-                                   "report.json files.")
+                       description="Compile a model, then time it and each baseline on the same random inputs, "
+                                   "taking turns in blocks of back-to-back runs; print steady-state medians, spread "
+                                   "and the speed against onnxruntime for every -t target (measured here, imported "
+                                   "from --results, or predicted from its HardwareSpec and labelled so); --json "
+                                   "prints that as the report document. With --report: also the per-group profile "
+                                   "and BLAS for GEMM groups, written with charts as report.json/.md/.html. With "
+                                   "--compare: the change between two report.json files.")
     p.add_argument("model", nargs="?", help="path to .onnx, or onnx:NAME")
     p.add_argument("-t", "--target", action="append",
                    help="target (repeatable; default cpu): measured when present here, otherwise taken from "
@@ -615,8 +622,11 @@ def build_parser():
                    help="show what changed from report A to report B (with --report DIR: also write it there)")
     p.add_argument("--threshold", type=float, default=5.0,
                    help="--compare: slower by more than this percent is a regression (default 5)")
-    p.add_argument("--repeat", type=int, default=30, help="timed rounds (default 30)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
+    p.add_argument("--repeat", type=int, default=30, help="timed steady runs of each runner (default 30)")
+    p.add_argument("--block", type=int, default=BLOCK,
+                   help=f"runs per block (default {BLOCK}): runners take turns running blocks, a pause between; "
+                        "each block's first run follows another runner's and is shown apart ('after switch')")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs of each runner first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed for the random inputs (default 0)")
     common(p, target=False)
     p.set_defaults(func=cmd_bench)

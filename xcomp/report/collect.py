@@ -19,11 +19,13 @@ def runs_here(target: str) -> bool:
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
-                   profile_groups=True, blas=True, input_values=None, torch_model=None) -> dict:
+                   profile_groups=True, blas=True, input_values=None, torch_model=None, block=None) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
+    `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.bench.alternating_blocks).
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
     `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
     from xcomp.backends import get_backend
+    from xcomp.bench import BLOCK
 
     from . import KIND, SCHEMA_VERSION
     from .environment import command_line, machine, model_identity, versions
@@ -33,6 +35,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     from .tuning import tuning_curves
 
     created = _now()
+    block = block or BLOCK
     inputs = _inputs(model, input_shapes, input_values)  # reads the model first: a bad model fails with a clear error
     model_info = model_identity(model, model_label or (model if isinstance(model, str) else "<in memory>"))
     model_info["inputs"] = inputs
@@ -44,14 +47,14 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     here = [t for t in names if runs_here(t)]
     notes = []
     if not here and baselines:
-        notes.append("no target runs on this machine, so no baseline was timed (baselines are timed interleaved "
-                     "with a target measured here; add -t cpu)")
+        notes.append("no target runs on this machine, so no baseline was timed (baselines are timed beside a "
+                     "target measured here; add -t cpu)")
     target_entries, baseline_entries, blas = measure(model, here, list(baselines), input_shapes=input_shapes,
                                                      input_values=input_values, db=db,
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
-                                                     progress=progress,
-                                                     torch_model=torch_model) if here else ([], [], [])
+                                                     progress=progress, torch_model=torch_model,
+                                                     block=block) if here else ([], [], [])
     uniform = next((e["check"]["reference"] for e in target_entries + baseline_entries
                     if e.get("check", {}).get("uniform_reference")), None)
     if uniform:
@@ -71,7 +74,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
         "finished": None,
         "command": command_line(argv),
         "settings": {"targets": names, "baselines": list(baselines), "warmup": warmup, "repeat": repeat,
-                     "seed": seed, "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                     "block": block, "seed": seed,
+                     "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                      "db": str(db) if db else None,
                      "torch_model": str(torch_model) if torch_model else None,
                      "results": [str(p) for p in results or []]},

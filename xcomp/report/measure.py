@@ -1,5 +1,6 @@
-"""Measuring on this machine: compile each runnable target, time every target and baseline interleaved on the
-same inputs, then profile each target's operator groups (and set GEMM groups against BLAS)."""
+"""Measuring on this machine: compile each runnable target, time every target and baseline in alternating blocks
+on the same inputs (xcomp.bench.alternating_blocks), then profile each target's operator groups (and set GEMM
+groups against BLAS)."""
 
 from __future__ import annotations
 
@@ -41,12 +42,12 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
-            profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None):
+            profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None, block=None):
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
     `torch_model` a torch.export file for the torch baselines."""
     import xcomp
-    from xcomp.bench import ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
-        interleaved_samples
+    from xcomp.bench import BLOCK, ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
+        alternating_blocks
 
     from .blas import blas_rows
 
@@ -110,26 +111,30 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                                   "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference]),
                                   "uniform_reference": _uniform(outputs[reference])}
 
-    samples = interleaved_samples(runners, repeat, warmup, progress)
+    samples, after_switch = alternating_blocks(runners, repeat, warmup, block or BLOCK, progress)
 
-    for key, values in samples.items():
+    def timings(key) -> dict:
+        values = samples[key]
+        found = {"latency": latency_summary(values), "samples_ms": values,
+                 "throughput": throughput(float(np.median(values)), batch)}
+        if after_switch[key]:
+            found.update(latency_after_switch=latency_summary(after_switch[key]),
+                         after_switch_samples_ms=after_switch[key])
+        return found
+
+    for key in samples:
         if key[0] == "baseline":
-            baseline_entries[key[1]].update(latency=latency_summary(values), samples_ms=values,
-                                            throughput=throughput(float(np.median(values)), batch))
+            baseline_entries[key[1]].update(timings(key))
 
     target_entries, gemm_rows = [], []
     for target, module in modules.items():
         e = entries[target]
-        values = samples[("target", target)]
-        lat = latency_summary(values)
         entry = {
             "target": target,
             "status": "measured",
             "origin": {"kind": "this run", "hostname": platform.node()},
             "hardware": module.spec.to_dict(),
-            "latency": lat,
-            "samples_ms": values,
-            "throughput": throughput(lat["median_ms"], batch),
+            **timings(("target", target)),
             "first_run": {"compile_s": e["compile_s"], "load_and_first_inference_ms": e["first_ms"],
                           "total_s": e["compile_s"] + e["first_ms"] / 1e3,
                           "compile_breakdown_s": module.info.get("compile_times", {})},

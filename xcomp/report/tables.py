@@ -55,10 +55,15 @@ def _rate(flops, peak, median_ms) -> str:
 def latency_table(report) -> Table:
     ort = _ort_median(report)
     cpu_flops, cpu_peak = _this_cpu(report)
+    block = report.get("settings", {}).get("block")
     t = Table("latency", "End-to-end latency",
-              ["runner", "status", "median", "p90", "spread p10-p90", "runs", "throughput", "first run",
-               "vs onnxruntime", "rate (% of peak)", "max |diff|"],
-              note="Medians of interleaved runs on the same inputs. first run = compile + load + first inference "
+              ["runner", "status", "median", "p90", "spread p10-p90", "runs", "after switch", "throughput",
+               "first run", "vs onnxruntime", "rate (% of peak)", "max |diff|"],
+              note="Medians of steady runs on the same inputs: the runners take turns, each running a block of "
+                   f"{block or 'several'} back-to-back calls after a short pause, and all but the first call of a "
+                   "block are its steady runs (the latency a serving loop sees). after switch: the median of "
+                   "those first calls, each right after another runner's block (caches holding the other's data). "
+                   "first run = compile + load + first inference "
                    "(for a baseline: loading its session or program, torch.compile's compiling, first inference). "
                    "vs onnxruntime: onnxruntime's median / this median on this machine (> 1: faster than "
                    "onnxruntime). rate: the model's FLOPs (as xcomp counts them) / median, and its share of the "
@@ -71,13 +76,14 @@ def latency_table(report) -> Table:
         value, predicted = fmt.target_latency(e)
         if predicted:
             t.add([f"xcomp {fmt.target_label(e)}", "predicted", f"{fmt.ms(value)} (predicted)", "-", "-", "-",
-                   f"{1e3 / value:.1f}/s (predicted)" if value else "-", "-", "-", "-", "-"], "predicted")
+                   "-", f"{1e3 / value:.1f}/s (predicted)" if value else "-", "-", "-", "-", "-"], "predicted")
             continue
         lat, imported = e["latency"], e.get("origin", {}).get("kind") == "results file"
         vs = "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"])
         t.add([f"xcomp {fmt.target_label(e)}", "measured" + (" (imported)" if imported else ""),
                fmt.ms(lat["median_ms"]), fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
-               f"{e['throughput']['inferences_per_s']:.1f}/s", f"{e['first_run']['total_s']:.2f} s", vs,
+               _after_switch(e), f"{e['throughput']['inferences_per_s']:.1f}/s",
+               f"{e['first_run']['total_s']:.2f} s", vs,
                _rate(e.get("model_flops"), fmt.roofs(e)["peak"], lat["median_ms"]),
                fmt.check(e.get("check"))],
               *(["imported"] if imported else []))
@@ -86,7 +92,7 @@ def latency_table(report) -> Table:
             continue
         lat, imported = b["latency"], b.get("origin", {}).get("kind") == "results file"
         t.add([fmt.baseline_label(b), "measured" + (" (imported)" if imported else ""), fmt.ms(lat["median_ms"]),
-               fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"],
+               fmt.ms(lat["p90_ms"]), fmt.pct(lat["spread_pct"]), lat["runs"], _after_switch(b),
                f"{b['throughput']['inferences_per_s']:.1f}/s",
                f"{b['first_run_s']:.2f} s" if b.get("first_run_s") is not None else "-",
                "-" if imported or not ort else fmt.ratio(ort / lat["median_ms"]),
@@ -94,6 +100,11 @@ def latency_table(report) -> Table:
                fmt.check(b.get("check"))],
               *(["imported"] if imported else []))
     return t
+
+
+def _after_switch(entry) -> str:
+    found = entry.get("latency_after_switch")
+    return fmt.ms(found["median_ms"]) if found else "-"
 
 
 def unavailable_table(report) -> Table:
