@@ -5,7 +5,7 @@ come from memory, after the rest of the model ran, and configs that tie alone do
 (light_resnet50, 2 AVX-512 cores) its 256-channel 14x14 Winograd group ran 0.361 ms inside the model with its
 fastest config alone and 0.336 with its second (x5 in the model). A first version of this step, which timed
 each build in blocks of runs and took the lowest median, changed 23 of 29 groups and took the model run back to
-back from 23.17 to 23.01 ms; run each time right after onnxruntime (as `xcomp bench` interleaves them), which
+back from 23.17 to 23.01 ms; run each time right after onnxruntime (as `xcomp bench` interleaved them then), which
 evicts what the model leaves in the caches, from 23.83 to 23.78, within noise. As it is now it changed 10 of 29
 groups of a 20-minute tuning database, and the model ran 20.34 ms against 20.35 beside onnxruntime: it picks
 fairly, but a gain under those conditions is not shown.
