@@ -57,10 +57,9 @@ def main():
             specialized = xcomp.compile(model, input_shapes={k: v.shape for k, v in feed.items()})
             for got, want in zip(symbolic.run(feed).values(), ort(feed)):
                 np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
-            samples, _after_switch = alternating_blocks({"symbolic": lambda: symbolic(**feed),
-                                           "specialized": lambda: specialized(**feed),
-                                           "onnxruntime": lambda: ort(feed)},
-                                          repeat=args.repeat, warmup=10, progress=False)
+            runners = {"symbolic": lambda: symbolic(**feed), "specialized": lambda: specialized(**feed),
+                       "onnxruntime": lambda: ort(feed)}
+            samples, _after_switch = alternating_blocks(runners, repeat=args.repeat, warmup=10)
             med = {k: float(np.median(v)) for k, v in samples.items()}
             print(f"{name} batch {batch}: symbolic {med['symbolic']:.4f} ms  specialized {med['specialized']:.4f} ms "
                   f"(symbolic/specialized {med['symbolic'] / med['specialized']:.2f})  "

@@ -6,6 +6,8 @@ import datetime
 
 import numpy as np
 
+from xcomp.bench import BLOCK
+
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
@@ -19,13 +21,12 @@ def runs_here(target: str) -> bool:
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
-                   profile_groups=True, blas=True, input_values=None, torch_model=None, block=None) -> dict:
+                   profile_groups=True, blas=True, input_values=None, torch_model=None, block=BLOCK) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
     `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.bench.alternating_blocks).
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
     `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
     from xcomp.backends import get_backend
-    from xcomp.bench import BLOCK
 
     from . import KIND, SCHEMA_VERSION
     from .environment import command_line, machine, model_identity, versions
@@ -35,7 +36,6 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     from .tuning import tuning_curves
 
     created = _now()
-    block = block or BLOCK
     inputs = _inputs(model, input_shapes, input_values)  # reads the model first: a bad model fails with a clear error
     model_info = model_identity(model, model_label or (model if isinstance(model, str) else "<in memory>"))
     model_info["inputs"] = inputs

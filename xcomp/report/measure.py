@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 
+from xcomp.bench import BLOCK
+
 from . import torch_baseline
 from .stats import latency_summary, throughput
 
@@ -42,11 +44,11 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
-            profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None, block=None):
+            profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None, block=BLOCK):
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
     `torch_model` a torch.export file for the torch baselines."""
     import xcomp
-    from xcomp.bench import BLOCK, ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
+    from xcomp.bench import ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
         alternating_blocks
 
     from .blas import blas_rows
@@ -111,7 +113,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                                   "max_abs_diff": _max_abs_diff(outputs[key], outputs[reference]),
                                   "uniform_reference": _uniform(outputs[reference])}
 
-    samples, after_switch = alternating_blocks(runners, repeat, warmup, block or BLOCK, progress)
+    samples, after_switch = alternating_blocks(runners, repeat, warmup, block, progress)
 
     def timings(key) -> dict:
         values = samples[key]
