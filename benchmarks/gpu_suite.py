@@ -1,0 +1,233 @@
+"""The GPU benchmark suite: xcomp against cuBLAS and torch on one NVIDIA GPU, in one call of a lent machine.
+
+Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] [--dry-run]
+
+GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, compiled by xcomp.compile for the
+visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
+arrays, timed with CUDA events. Models: a torchvision network with seeded random weights, exported to ONNX (opset
+17, the legacy exporter) and compiled by xcomp; torch runs the same module in eager mode, through torch.compile and
+through torch.compile(mode="reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on the
+same inputs before it is timed; a mismatch is recorded as an error and its time is not reported.
+
+Steps run in priority order while the budget lasts; DIR/gpu_suite.json is rewritten after each, in the shape of
+benchmarks/results/gpu/ (see docs/gpu-results.md), so a call cut short still returns what it measured. The generated
+CUDA C, PTX and `ptxas -v` (registers, spills) of each GEMM go under DIR too. --dry-run compiles the GEMMs for
+cuda:sm_90 without running anything and writes the JSON with null timings: the rehearsal without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+
+GEMMS = [(4096, 4096, 4096, "float16"), (8192, 8192, 8192, "float16"), (4096, 4096, 4096, "bfloat16"),
+         (4096, 4096, 4096, "float32"), (1024, 1024, 1024, "float16")]
+MODELS = [("resnet50", "float32"), ("resnet50", "float16")]
+TORCH_MODES = {"torch_eager_ms": None, "torch_compile_ms": "default", "torch_reduce_overhead_ms": "reduce-overhead"}
+SEED = 0
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.end = time.monotonic() + seconds
+
+    def left(self):
+        return self.end - time.monotonic()
+
+
+def gemm_model(m, n, k, dtype):
+    from onnx import TensorProto, helper
+
+    elem = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16, "float32": TensorProto.FLOAT}[dtype]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm",
+                              [helper.make_tensor_value_info("x", elem, [m, k]),
+                               helper.make_tensor_value_info("w", elem, [k, n])],
+                              [helper.make_tensor_value_info("y", elem, [m, n])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def emit_code(module, folder):
+    """Write the module's CUDA C and PTX, and ptxas -v's register/spill lines for its kernels."""
+    os.makedirs(folder, exist_ok=True)
+    paths = module.emit_sources(folder)
+    ptx = [p for p in paths if p.endswith(".ptx")]
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if not ptx or not os.path.exists(ptxas):
+        return None
+    arch = module.spec.arch if hasattr(module.spec, "arch") else "sm_90"
+    proc = subprocess.run([ptxas, "-v", f"-arch={arch}", ptx[0], "-o", os.devnull], capture_output=True, text=True)
+    lines = [line for line in proc.stderr.splitlines() if "registers" in line or "spill" in line]
+    with open(os.path.join(folder, "ptxas-v.txt"), "w") as f:
+        f.write(proc.stderr)
+    return lines
+
+
+def cuda_time_ms(fn, warmup=3, repeat=20):
+    """Median of `repeat` single calls, each between two CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop))
+    return float(np.median(samples))
+
+
+def torch_dtype(dtype):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+
+
+def relative_error(ours, reference):
+    ours, reference = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
+    return float(np.max(np.abs(ours - reference)) / max(np.max(np.abs(reference)), 1e-30))
+
+
+def run_gemm(m, n, k, dtype, out_dir, dry_run):
+    import xcomp
+
+    row = {"m": m, "n": n, "k": k, "dtype": dtype}
+    t = time.monotonic()
+    module = xcomp.compile(gemm_model(m, n, k, dtype), target="cuda:sm_90" if dry_run else "cuda")
+    row["xcomp_compile_s"] = round(time.monotonic() - t, 1)
+    row["ptxas"] = emit_code(module, os.path.join(out_dir, f"gemm_{m}x{n}x{k}_{dtype}"))
+    if dry_run:
+        return {**row, "xcomp_tflops": None, "cublas_tflops": None}
+    import torch
+
+    rng = np.random.default_rng(SEED)
+    x = torch.from_numpy(rng.standard_normal((m, k), dtype=np.float32)).to("cuda", torch_dtype(dtype))
+    w = torch.from_numpy(rng.standard_normal((k, n), dtype=np.float32)).to("cuda", torch_dtype(dtype))
+    host_dtype = dtype
+    if dtype == "bfloat16":  # numpy has none of its own; TVM takes ml_dtypes' (a TVM dependency)
+        import ml_dtypes
+
+        host_dtype = ml_dtypes.bfloat16
+    inputs = {"x": x.float().cpu().numpy().astype(host_dtype), "w": w.float().cpu().numpy().astype(host_dtype)}
+    reference = torch.matmul(x, w).float().cpu().numpy()
+    row["max_rel_error"] = relative_error(module(inputs["x"], inputs["w"]), reference)
+    flop = 2.0 * m * n * k
+    row["xcomp_tflops"] = flop / (module.benchmark(inputs, repeat=20)["median_ms"] * 1e-3) / 1e12
+    row["cublas_tflops"] = flop / (cuda_time_ms(lambda: torch.matmul(x, w)) * 1e-3) / 1e12
+    tolerance = 1e-2 if dtype != "float32" else 1e-4
+    if row["max_rel_error"] > tolerance:
+        row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> {tolerance})"
+        row["xcomp_tflops"] = None
+    return row
+
+
+def build_torch_model(name, dtype):
+    import torch
+    import torchvision
+
+    torch.manual_seed(SEED)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    return model.to("cuda", torch_dtype(dtype)), torch.randn(1, 3, 224, 224).to("cuda", torch_dtype(dtype))
+
+
+def run_model(name, dtype, out_dir, budget):
+    import torch
+
+    import xcomp
+
+    row = {"model": name, "dtype": dtype, "batch": 1}
+    model, x = build_torch_model(name, dtype)
+    path = os.path.join(out_dir, f"{name}_{dtype}.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False, input_names=["x"], output_names=["y"])
+        reference = model(x).float().cpu().numpy()
+    t = time.monotonic()
+    module = xcomp.compile(path, target="cuda")
+    row["xcomp_compile_s"] = round(time.monotonic() - t, 1)
+    os.remove(path)
+    x_host = x.cpu().numpy()
+    row["max_rel_error"] = relative_error(module(x_host), reference)
+    tolerance = 1e-2 if dtype == "float16" else 1e-3
+    if row["max_rel_error"] > tolerance:
+        row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> {tolerance})"
+    else:
+        row["xcomp_ms"] = module.benchmark({"x": x_host}, repeat=50)["median_ms"]
+    for key, mode in TORCH_MODES.items():
+        if budget.left() < 60 and mode is not None:
+            row[key] = None
+            row.setdefault("skipped", []).append(key)
+            continue
+        with torch.no_grad():
+            fn = model if mode is None else torch.compile(model, mode=mode)
+            t = time.monotonic()
+            fn(x)
+            torch.cuda.synchronize()
+            if mode is not None:
+                row[key.replace("_ms", "_compile_s")] = round(time.monotonic() - t, 1)
+            row[key] = cuda_time_ms(lambda: fn(x), warmup=5, repeat=50)
+    return row
+
+
+def environment(commit, dry_run):
+    info = {"date": datetime.date.today().isoformat(), "commit": commit, "dry_run": dry_run}
+    if dry_run:
+        return {"device": "none (dry run, cuda:sm_90)", **info}
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, **info, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "sm": f"sm_{props.major}{props.minor}"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder for gpu_suite.json and the generated code")
+    parser.add_argument("--budget-s", type=float, default=300, help="start no step after this many seconds")
+    parser.add_argument("--commit", default="unknown", help="the commit measured (the device copy has no .git)")
+    parser.add_argument("--dry-run", action="store_true", help="compile for cuda:sm_90 only; no GPU needed")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    budget = Budget(args.budget_s)
+    result = {**environment(args.commit, args.dry_run), "gemm": [], "models": []}
+    out_json = os.path.join(args.out, "gpu_suite.json")
+
+    def record(section, fn, *params):
+        if budget.left() <= 0:
+            result[section].append({"params": list(params), "skipped": "out of budget"})
+            return
+        t = time.monotonic()
+        try:
+            row = fn(*params)
+        except Exception as err:  # one failing step must not cost the others their GPU time
+            traceback.print_exc()
+            row = {"params": list(params), "error": f"{type(err).__name__}: {str(err)[:2000]}"}
+        row["step_s"] = round(time.monotonic() - t, 1)
+        result[section].append(row)
+        print(json.dumps(row), flush=True)
+        with open(out_json, "w") as f:
+            json.dump(result, f, indent=1)
+
+    for m, n, k, dtype in GEMMS:
+        record("gemm", run_gemm, m, n, k, dtype, args.out, args.dry_run)
+    if not args.dry_run:
+        for name, dtype in MODELS:
+            record("models", run_model, name, dtype, args.out, budget)
+    with open(out_json, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
