@@ -1,10 +1,11 @@
 """The GPU benchmark suite: xcomp against cuBLAS and torch on one NVIDIA GPU, in one call of a lent machine.
 
-Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] [--dry-run]
+Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] [--only WORD ...] [--dry-run]
 
 GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, compiled by xcomp.compile for the
 visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
-arrays, timed with CUDA events. Models: a torchvision network with seeded random weights, exported to ONNX (opset
+arrays, timed with CUDA events. Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's default
+config and at the best of --trials random ones. Models: a torchvision network with seeded random weights, exported to ONNX (opset
 17, the legacy exporter) and compiled by xcomp; torch runs the same module in eager mode, through torch.compile and
 through torch.compile(mode="reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on the
 same inputs before it is timed; a mismatch is recorded as an error and its time is not reported.
@@ -29,8 +30,11 @@ import traceback
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/gemm.py's search
+
 GEMMS = [(4096, 4096, 4096, "float16"), (8192, 8192, 8192, "float16"), (4096, 4096, 4096, "bfloat16"),
          (4096, 4096, 4096, "float32"), (1024, 1024, 1024, "float16")]
+SWEEPS = [(4096, 4096, 4096, "float16")]
 MODELS = [("resnet50", "float32"), ("resnet50", "float16")]
 TORCH_MODES = {"torch_eager_ms": None, "torch_compile_ms": "default", "torch_reduce_overhead_ms": "reduce-overhead"}
 SEED = 0
@@ -133,6 +137,33 @@ def run_gemm(m, n, k, dtype, out_dir, dry_run):
     return row
 
 
+def run_knob_sweep(m, n, k, dtype, trials, dry_run):
+    """The matrix-core template's default config against the best of `trials` random ones (benchmarks/gemm.py's
+    search), timed as the group alone: how much a tuned config would gain, and which tile shapes win."""
+    from gemm import search
+
+    from xcomp.backends import get_backend
+    from xcomp.frontends import load_onnx
+    from xcomp.partition import partition
+    from xcomp.profile import time_func
+    from xcomp.schedules import get_template
+
+    backend = get_backend("cuda:sm_90" if dry_run else "cuda")
+    _, groups = partition(load_onnx(gemm_model(m, n, k, dtype)).mod, backend.spec, [])
+    (group,) = [g for g in groups if g.kind == "matmul"]
+    template = get_template(group.func, backend.spec)
+    row = {"m": m, "n": n, "k": k, "dtype": dtype, "template": type(template).__name__,
+           "default_knobs": template.default_knobs(), "trials": trials}
+    if dry_run:
+        for knobs in [template.default_knobs()] + list(template.enumerate())[:trials]:
+            backend.compile(template.schedule(knobs).with_attr("global_symbol", "main"))
+        return row
+    flop = 2.0 * m * n * k
+    default_ms = float(np.median(time_func(template.schedule(None), backend, repeat=5, min_repeat_ms=50)))
+    best, best_ms = search(template, backend, trials, seed=SEED)
+    return {**row, "default_tflops": flop / default_ms / 1e9, "best_knobs": best, "best_tflops": flop / best_ms / 1e9}
+
+
 def build_torch_model(name, dtype):
     import torch
     import torchvision
@@ -197,22 +228,27 @@ def main():
     parser.add_argument("--budget-s", type=float, default=300, help="start no step after this many seconds")
     parser.add_argument("--commit", default="unknown", help="the commit measured (the device copy has no .git)")
     parser.add_argument("--dry-run", action="store_true", help="compile for cuda:sm_90 only; no GPU needed")
+    parser.add_argument("--only", nargs="*", help="run only the steps whose label holds one of these words "
+                        "(labels: 'gemm 4096x4096x4096 float16', 'sweep ...', 'model resnet50 float16')")
+    parser.add_argument("--trials", type=int, default=24, help="random configs per knob sweep")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     budget = Budget(args.budget_s)
-    result = {**environment(args.commit, args.dry_run), "gemm": [], "models": []}
+    result = {**environment(args.commit, args.dry_run), "gemm": [], "knob_sweeps": [], "models": []}
     out_json = os.path.join(args.out, "gpu_suite.json")
 
-    def record(section, fn, *params):
+    def record(section, label, fn, *params):
+        if args.only and not any(word in label for word in args.only):
+            return
         if budget.left() <= 0:
-            result[section].append({"params": list(params), "skipped": "out of budget"})
+            result[section].append({"step": label, "skipped": "out of budget"})
             return
         t = time.monotonic()
         try:
             row = fn(*params)
         except Exception as err:  # one failing step must not cost the others their GPU time
             traceback.print_exc()
-            row = {"params": list(params), "error": f"{type(err).__name__}: {str(err)[:2000]}"}
+            row = {"step": label, "error": f"{type(err).__name__}: {str(err)[:2000]}"}
         row["step_s"] = round(time.monotonic() - t, 1)
         result[section].append(row)
         print(json.dumps(row), flush=True)
@@ -220,10 +256,13 @@ def main():
             json.dump(result, f, indent=1)
 
     for m, n, k, dtype in GEMMS:
-        record("gemm", run_gemm, m, n, k, dtype, args.out, args.dry_run)
+        record("gemm", f"gemm {m}x{n}x{k} {dtype}", run_gemm, m, n, k, dtype, args.out, args.dry_run)
+    for m, n, k, dtype in SWEEPS:
+        record("knob_sweeps", f"sweep {m}x{n}x{k} {dtype}", run_knob_sweep, m, n, k, dtype, args.trials,
+               args.dry_run)
     if not args.dry_run:
         for name, dtype in MODELS:
-            record("models", run_model, name, dtype, args.out, budget)
+            record("models", f"model {name} {dtype}", run_model, name, dtype, args.out, budget)
     with open(out_json, "w") as f:
         json.dump(result, f, indent=1)
     return 0

@@ -19,6 +19,7 @@ from ..template import Knobs, Template
 
 FRAGMENT = 16  # rows and columns of one output fragment
 _ACC_DTYPE = "float32"
+_WIDENED = ("float16", "bfloat16")  # operand types whose products are summed in _ACC_DTYPE
 
 
 def _gemm_block(sch):
@@ -54,26 +55,24 @@ def matrix_core_intrinsics(func, spec):
 
 
 def legalize_map(spec) -> dict:
-    """float16 matmuls and convs accumulate in float32 (then cast back) where the spec's matrix cores do float16
-    -> float32, so the template can take them (a conv as an implicit GEMM); TVM's own lowering accumulates in
-    float16, which no MFMA instruction does and which loses precision over long K."""
+    """float16 and bfloat16 matmuls and convs accumulate in float32, then cast back: TVM's own lowering
+    accumulates in the operands' type, which loses most of bfloat16's 8 bits over a long K (a 4096-long dot
+    product was off by 18% of the output's range on an H200) and which no MFMA instruction does. The matrix-core
+    template takes the float32-accumulating form where the spec's matrix cores run it (a conv as an implicit
+    GEMM); dlight takes the rest."""
     import tvm
     from tvm import relax
 
-    from xcomp.backends.gpu import backend_for_spec
-
-    if backend_for_spec(spec).fragment_intrinsics("float16", _ACC_DTYPE) is None:
-        return {}
-
     def widened(op_name, rebuild):
-        """op_name's legalization, computing a float16 call in float32 (rebuild(call) makes that call)."""
+        """op_name's legalization, computing a 16-bit float call in float32 (rebuild(call) makes that call)."""
         default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
         def legalize(bb, call):
             a, b = call.args[:2]
-            if not (str(a.ty.dtype) == str(b.ty.dtype) == str(call.ty.dtype) == "float16"):
+            dtype = str(call.ty.dtype)
+            if not (str(a.ty.dtype) == str(b.ty.dtype) == dtype and dtype in _WIDENED):
                 return default(bb, call)
-            return relax.op.astype(bb.emit(default(bb, bb.normalize(rebuild(call)))), "float16")
+            return relax.op.astype(bb.emit(default(bb, bb.normalize(rebuild(call)))), dtype)
 
         return legalize
 
@@ -106,16 +105,41 @@ def _contiguous_operands(block) -> tuple[bool, bool]:
     return contiguous(block.reads[0], IterKind.kIter_K), contiguous(block.reads[1], IterKind.kIter_J)
 
 
+def _operand_traits(block, region, rank) -> list:
+    """The iter traits of one operand's axes as `sch.reindex` kept them in a buffer of `rank` dims: in block
+    order, less the unit-extent reduction axes where reindex dropped them (a 1x1 conv's window inside `y + ry`),
+    which dlight's traits still list."""
+    from tvm.s_tir.dlight.gpu.matmul import detect_iter_traits
+    from tvm.tirx.analysis import undefined_vars
+
+    *_, block_traits = detect_iter_traits(block)
+    used = {v for r in region.region for v in undefined_vars(r.min)}
+    axes = [(iv, trait) for iv, trait in zip(block.iter_vars, block_traits) if iv.var in used]
+    if len(axes) > rank:
+        axes = [(iv, t) for iv, t in axes if not (iv.iter_type == iv.CommReduce and _is_one(iv.dom.extent))]
+    if len(axes) != rank:
+        raise ValueError(f"cannot match {len(axes)} axes of {region.source.name} to its reindexed {rank} dims")
+    return [trait for _, trait in axes]
+
+
+def _is_one(expr) -> bool:
+    return getattr(expr, "value", None) == 1
+
+
 def _normalize(sch, block) -> None:
     """Rewrite the GEMM block as C[S, I, J] += A[S, I, K] * B[S, K, J] over reindexed copies of its buffers."""
     from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, make_iter_fusion_index_map
 
     S, I, J, K = IterKind.kIter_S, IterKind.kIter_I, IterKind.kIter_J, IterKind.kIter_K
-    a_traits, b_traits, c_traits, block_traits = detect_iter_traits(sch.get(block))
-    reindexed = [sch.reindex(block, ("read", 0)), sch.reindex(block, ("read", 1)), sch.reindex(block, ("write", 0))]
-    sch.transform_layout(reindexed[0], ("write", 0), make_iter_fusion_index_map(a_traits, [S, I, K]))
-    sch.transform_layout(reindexed[1], ("write", 0), make_iter_fusion_index_map(b_traits, [S, K, J]))
-    sch.transform_layout(reindexed[2], ("read", 0), make_iter_fusion_index_map(c_traits, [S, I, J]))
+    stmt = sch.get(block)
+    *_, block_traits = detect_iter_traits(stmt)
+    for (kind, index), order in zip((("read", 0), ("read", 1), ("write", 0)), ([S, I, K], [S, K, J], [S, I, J])):
+        region = (stmt.reads if kind == "read" else stmt.writes)[index]
+        copy = sch.reindex(block, (kind, index))
+        side = ("write", 0) if kind == "read" else ("read", 0)  # where the copy block touches the new buffer
+        new_buffer = (sch.get(copy).writes if kind == "read" else sch.get(copy).reads)[0].source
+        traits = _operand_traits(stmt, region, len(new_buffer.shape))
+        sch.transform_layout(copy, side, make_iter_fusion_index_map(traits, order))
     sch.transform_block_layout(block, make_iter_fusion_index_map(block_traits, [S, I, J, K]))
 
 
@@ -139,6 +163,13 @@ class MatrixCoreTemplate(Template):
     def default_knobs(self) -> Knobs:
         return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
                 "vector": 8 if any(self.contiguous) else 1}
+
+    def fallback_schedule(self):
+        """dlight's SIMT schedule: slower, but a GEMM this template cannot tile still builds (the pipeline
+        reports the group as 'generic')."""
+        from .dlight_template import DlightTemplate
+
+        return DlightTemplate(self.func, self.spec).schedule(None)
 
     def _block_tile(self, knobs: Knobs) -> tuple[int, int, int]:
         return (knobs["warps_m"] * knobs["frags_m"] * FRAGMENT, knobs["warps_n"] * knobs["frags_n"] * FRAGMENT,

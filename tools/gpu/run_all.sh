@@ -2,16 +2,18 @@
 # Run ON THE DEVICE after install.sh, in the same call or a later one on the warm machine: the GPU tests, then the
 # GPU benchmark suite (benchmarks/gpu_suite.py). Everything lands in $OUT as at most 8 files (the device tool's
 # limit): the logs, the suite's JSON, and one tarball of the generated code.
-# usage: bash tools/gpu/run_all.sh COMMIT   (env: TESTS_TIMEOUT_S=200, SUITE_BUDGET_S=240)
+# usage: bash tools/gpu/run_all.sh COMMIT [SUITE ARGS...]   (env: TESTS_TIMEOUT_S=200, SUITE_BUDGET_S=240,
+#        TESTS="tests/" to narrow the GPU tests)
 set -uo pipefail
 commit=${1:-unknown}
+shift || true
 out=${OUT:?run this on the device, where OUT is set}
 source /root/tvmenv/env.sh
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv > "$out/nvidia-smi.csv"
-timeout "${TESTS_TIMEOUT_S:-200}" python3 -m pytest -m gpu tests/ -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log"
+timeout "${TESTS_TIMEOUT_S:-200}" python3 -m pytest -m gpu ${TESTS:-tests/} -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log"
 work=/tmp/gpu_suite
-python3 benchmarks/gpu_suite.py --out "$work" --commit "$commit" --budget-s "${SUITE_BUDGET_S:-240}" 2>&1 \
+python3 benchmarks/gpu_suite.py --out "$work" --commit "$commit" --budget-s "${SUITE_BUDGET_S:-240}" "$@" 2>&1 \
   | tee "$out/gpu_suite.log"
 cp "$work/gpu_suite.json" "$out/" 2>/dev/null
 tar czf "$out/generated.tar.gz" -C "$work" --exclude='*.onnx' --exclude=gpu_suite.json . 2>/dev/null
