@@ -15,6 +15,12 @@ from typing import Any
 Knobs = dict[str, Any]
 
 
+class Declined(Exception):
+    """A template's constructor saying "not mine": the group is of the template's kind but in a form it does not
+    schedule (a symbolic extent it needs static, a dtype it has no instructions for). Dispatch (rules.py) tries
+    the family's next rule and records the reason; any other exception out of a constructor is a bug."""
+
+
 class Template(abc.ABC):
     #: group kind this template schedules: "conv", "matmul", "reduction", "pool", "injective", ...
     kind: str = ""
@@ -22,6 +28,11 @@ class Template(abc.ABC):
     def __init__(self, func, spec):
         self.func = func  # tvm.tirx.PrimFunc, unscheduled
         self.spec = spec  # backends.base.HardwareSpec
+
+    @classmethod
+    def create(cls, func, spec, kind: str) -> Template:  # noqa: ARG003 - templates of one kind know it already
+        """The template for a group of `kind` (schedules/rules.py); raises Declined for a form it does not take."""
+        return cls(func, spec)
 
     @abc.abstractmethod
     def knob_space(self) -> dict[str, list]:

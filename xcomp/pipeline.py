@@ -62,12 +62,14 @@ def schedule_group(group, spec, knobs):
         return source if not reasons else f"{source} ({reasons[-1]})"
 
     try:
-        template = schedules.get_template(group.func, spec)
+        template = schedules.get_template(group.func, spec, reasons)
+    except schedules.Declined as err:
+        template = None
+        reasons.append(f"no template: {err}")
     except XcompError:
         raise
-    except Exception as err:
-        template = None
-        reasons.append(f"no template: {describe(err)}")
+    except Exception as err:  # a template's bug: a silently slower fallback would hide it
+        raise InternalError(f"template for group {group.name} ({group.kind}) failed: {describe(err)}") from err
     attempts = [(knobs, "database")] if knobs is not None else []
     attempts.append((None, "default"))
     for attempt_knobs, source in attempts if template is not None else []:

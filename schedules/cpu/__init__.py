@@ -3,30 +3,27 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 
 from __future__ import annotations
 
-from ..analysis import classify, is_winograd, root_blocks, symbolic_vars
+from ..analysis import is_winograd, root_blocks
+from ..rules import Rule, any_group, dispatch, of_kind
 from .common import CpuTemplate, GenericTemplate
 from .conv import ConvTemplate
 from .legalize import legalize_map
 from .matmul import MatmulTemplate
 from .winograd import WinogradTemplate
 
-_TEMPLATES = {"conv": ConvTemplate, "matmul": MatmulTemplate}
+# In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
+RULES = [
+    Rule("winograd", lambda func, kind, spec: kind == "conv" and _is_winograd(func), WinogradTemplate),
+    Rule("conv", of_kind("conv"), ConvTemplate),
+    Rule("matmul", of_kind("matmul"), MatmulTemplate),
+    Rule("generic", any_group, GenericTemplate),
+]
 
 
-def get_template(func, spec) -> CpuTemplate:
-    """The template for a fused PrimFunc; the generic one when the specialised template cannot read it, or when
-    a shape is symbolic where the template needs it static (the conv template takes a symbolic batch, the matmul
-    template a symbolic M and batch; each raises for the rest)."""
-    kind = classify(func)
-    template = _TEMPLATES.get(kind) if kind in ("conv", "matmul") or not symbolic_vars(func) else None
-    if kind == "conv" and _is_winograd(func):
-        template = WinogradTemplate
-    if template is not None:
-        try:
-            return template(func, spec)
-        except Exception:  # a func of this kind in a shape the template does not expect
-            pass
-    return GenericTemplate(func, spec, kind)
+def get_template(func, spec, notes: list | None = None) -> CpuTemplate:
+    """The template for a fused PrimFunc; a specialised template that declines the group (a symbolic extent it
+    needs static, a dtype it does not vectorize) leaves it to the generic one, and says why in `notes`."""
+    return dispatch(RULES, func, spec, notes)
 
 
 def _is_winograd(func) -> bool:
@@ -35,4 +32,4 @@ def _is_winograd(func) -> bool:
     return is_winograd(root_blocks(s_tir.Schedule(func), symbolic=True))
 
 
-__all__ = ["legalize_map", "get_template"]
+__all__ = ["RULES", "legalize_map", "get_template"]

@@ -213,6 +213,10 @@ class GenericTemplate(CpuTemplate):
         super().__init__(func, spec)
         self.kind = kind
 
+    @classmethod
+    def create(cls, func, spec, kind: str) -> GenericTemplate:
+        return cls(func, spec, kind)
+
     def knob_space(self):
         return dict(GENERIC_SPACE) if self.kind != "opaque" else {}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..analysis import mac_operands, main_reduction, root_blocks
+from ..template import Declined
 from . import prefetch
 from .common import (LOAD_PORTS, CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
                      parallelize, schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
@@ -141,11 +142,11 @@ class ConvTemplate(CpuTemplate):
         infos = root_blocks(sch, symbolic=True)
         main = main_reduction(infos)
         if len(main.extents) not in (7, 8):
-            raise ValueError("conv template expects (n, co, oh, ow, ci, kh, kw) or (n, co/V, oh, ow, V, ci, kh, kw)"
+            raise Declined("expects (n, co, oh, ow, ci, kh, kw) or (n, co/V, oh, ow, V, ci, kh, kw)"
                              " iteration")
         # a symbolic batch stays the outermost loop; tiles are sized from the static rest
         if any(None in info.extents[1:] for info in infos):
-            raise ValueError("conv template needs every extent but the batch static")
+            raise Declined("needs every extent but the batch static")
         self.conv_name = main.name
         self.blocked = len(main.extents) == 8  # NCHW{V}c output (legalize.blocked_conv2d)
         if self.blocked:

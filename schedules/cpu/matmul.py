@@ -21,6 +21,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
+from ..template import Declined
 from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue,
                      vector_registers)
 
@@ -50,9 +51,9 @@ class MatmulTemplate(CpuTemplate):
         main = main_reduction(root_blocks(sch, symbolic=True))
         kinds = main.iter_kinds
         if len(kinds) < 3 or main.reduce_axes != [len(kinds) - 1]:
-            raise ValueError("matmul template expects (batch..., m, n, k) iteration")
+            raise Declined("expects (batch..., m, n, k) iteration")
         if str(main.write_buffer().dtype) != "float32":
-            raise ValueError("matmul template schedules float32 only")
+            raise Declined("schedules float32 only")
         self.name = main.name
         *_, self.m, self.n, self.k = main.extents  # None: symbolic
         self.m_extent = main.block.iter_vars[-3].dom.extent
@@ -64,7 +65,7 @@ class MatmulTemplate(CpuTemplate):
         reads = [r.source for r in main.block.reads]
         self.b_index = next(n for n, buf in enumerate(reads) if buf.same_as(b_load.source))
         if not (_uses_all(a_load, i, k) and _uses_all(b_load, j, k)):
-            raise ValueError("matmul operands not indexed by (m, k) and (n, k)")
+            raise Declined("matmul operands not indexed by (m, k) and (n, k)")
         indices = list(b_load.indices)
         plain = [n for n, x in enumerate(indices) if isinstance(x, tirx.Var)]
         if len(indices) == 3 and plain == [1] and indices[1].same_as(k):  # [j // V, k, j % V]
@@ -88,14 +89,14 @@ class MatmulTemplate(CpuTemplate):
     def _operands(mac, i, j):
         """(A load, B load): B is the operand indexed by the output column, A the one indexed by the row."""
         if mac is None:
-            raise ValueError("matmul block is not a multiply-accumulate")
+            raise Declined("matmul block is not a multiply-accumulate")
         lhs, rhs = mac
         b_uses = [_uses_all(load, j) for load in (lhs, rhs)]
         if b_uses == [False, True]:
             return lhs, rhs
         if b_uses == [True, False]:
             return rhs, lhs
-        raise ValueError("cannot tell the matmul operands apart")
+        raise Declined("cannot tell the matmul operands apart")
 
     def _rows_divisible_by(self, mr: int) -> bool:
         from tvm.sym import Analyzer

@@ -28,6 +28,7 @@ import functools
 import numpy as np
 
 from ..analysis import FLOPS, WINOGRAD, root_blocks
+from ..template import Declined
 from . import prefetch
 from .common import (MATERIALIZE, CpuTemplate, divisors, fuse_parallel, inline_injective, loop_extent, parallelize,
                      tile_fma_rate, vector_registers)
@@ -168,7 +169,7 @@ class WinogradTemplate(CpuTemplate):
         infos = {info.name: info for info in root_blocks(s_tir.Schedule(func), symbolic=True)}
         stages = ("winograd_input_rows", "winograd_input", "winograd_gemm", "winograd_output_rows")
         if not all(name in infos for name in stages):
-            raise ValueError("not a winograd_conv2d group")
+            raise Declined("not a winograd_conv2d group")
         alpha, _, _, self.kblocks, self.tiles, self.lanes, _ = infos["winograd_gemm"].extents
         self.tile_positions = alpha * alpha  # the (eps, nu) GEMMs
         self.tile = int(infos["winograd_gemm"].block.annotations[WINOGRAD])

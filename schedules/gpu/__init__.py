@@ -3,16 +3,20 @@ TVM's dlight rules for everything else (dlight_template.py)."""
 
 from __future__ import annotations
 
+from ..rules import Rule, any_group, dispatch
 from ..template import Template
 from .dlight_template import DlightTemplate
 from .matrix_core import MatrixCoreTemplate, legalize_map, matrix_core_intrinsics
 
+# In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
+RULES = [
+    Rule("matrix_core", lambda func, kind, spec: matrix_core_intrinsics(func, spec) is not None, MatrixCoreTemplate),
+    Rule("dlight", any_group, DlightTemplate),
+]
 
-def get_template(func, spec) -> Template:
-    intrinsics = matrix_core_intrinsics(func, spec)
-    if intrinsics is not None:
-        return MatrixCoreTemplate(func, spec, intrinsics)
-    return DlightTemplate(func, spec)
+
+def get_template(func, spec, notes: list | None = None) -> Template:
+    return dispatch(RULES, func, spec, notes)
 
 
-__all__ = ["legalize_map", "get_template", "DlightTemplate", "MatrixCoreTemplate"]
+__all__ = ["RULES", "legalize_map", "get_template", "DlightTemplate", "MatrixCoreTemplate"]

@@ -10,7 +10,7 @@ spec. The rules return a new Schedule; `apply` replays its trace onto the schedu
 
 from __future__ import annotations
 
-from ..template import Knobs, Template
+from ..template import Declined, Knobs, Template
 
 # dlight's own CUDA/ROCm matmul config, the default
 _DEFAULT_TILES = {"block_x": 8, "block_y": 16, "micro_x": 4, "micro_y": 4, "micro_k": 16, "vector": 2,
@@ -78,7 +78,7 @@ class DlightTemplate(Template):
                 scheduled = rule.apply(func, self.target, False)
                 if scheduled is not None:
                     return kind, scheduled
-        raise ValueError("no dlight rule accepts this function")
+        raise Declined("no dlight rule accepts this function")
 
     def knob_space(self) -> dict[str, list]:
         return dict(_TILE_SPACE) if self.kind == "matmul" else {}

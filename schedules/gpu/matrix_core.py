@@ -15,7 +15,7 @@ shared-memory stage.
 
 from __future__ import annotations
 
-from ..template import Knobs, Template
+from ..template import Declined, Knobs, Template
 
 FRAGMENT = 16  # rows and columns of one output fragment
 _ACC_DTYPE = "float32"
@@ -145,6 +145,13 @@ def _normalize(sch, block) -> None:
 
 class MatrixCoreTemplate(Template):
     kind = "matmul"
+
+    @classmethod
+    def create(cls, func, spec, kind: str) -> MatrixCoreTemplate:  # noqa: ARG003
+        intrinsics = matrix_core_intrinsics(func, spec)
+        if intrinsics is None:
+            raise Declined("no matrix-core instruction for this GEMM's operand types")
+        return cls(func, spec, intrinsics)
 
     def __init__(self, func, spec, intrinsics):
         import tvm
