@@ -326,19 +326,84 @@ def latency_stats(samples_ms) -> dict:
 
 
 def _read_artifact(path):
+    """(the open zip, its checked metadata); an ArtifactError naming the file for anything else."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ArtifactError(f"{path}: no such file")
+    # a damaged zip raises many types (BadZipFile, OSError, EOFError, ValueError, ...): each means the same here
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError):
+    except Exception:
         raise ArtifactError(f"{path}: not an xcomp module (expected a .xc file written by Module.save)") from None
     try:
         meta = json.loads(zf.read(_META))
-    except (KeyError, ValueError):
+    except Exception:  # no metadata, a damaged member (zlib.error; RuntimeError for one flagged encrypted), bad JSON
         zf.close()
         raise ArtifactError(f"{path}: not an xcomp module (metadata missing or corrupt)") from None
-    return zf, meta
+    try:
+        return zf, _checked_metadata(path, meta)
+    except ArtifactError:
+        zf.close()
+        raise
+
+
+# The metadata keys load reads and their types (the others, such as xcomp_version, are only shown to people).
+_REQUIRED_META = {"format": int, "tvm_version": str, "target": str, "hardware": dict, "library": str,
+                  "inputs": list, "outputs": list}
+_OPTIONAL_META = {"groups": list, "info": dict, "bound_inputs": list}
+_JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def _checked_metadata(path, meta) -> dict:
+    """`meta` when it has every key load reads, each of its type; else an ArtifactError naming the file and key."""
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{path}: not an xcomp module (its metadata is not a JSON object)")
+    # another format may have other keys: say that it is another format before naming a missing key
+    if isinstance(meta.get("format"), int) and meta["format"] != ARTIFACT_FORMAT:
+        raise ArtifactError(f"{path}: artifact format {meta['format']} is not {ARTIFACT_FORMAT}; recompile")
+    for key, kind in {**_REQUIRED_META, **_OPTIONAL_META}.items():
+        if key not in meta:
+            if key in _REQUIRED_META:
+                raise ArtifactError(f"{path}: corrupt module: its metadata has no {key!r}")
+            continue
+        value = meta[key]
+        if not isinstance(value, kind) or isinstance(value, bool):  # (JSON true is a Python int)
+            raise ArtifactError(f"{path}: corrupt module: metadata {key!r} is "
+                                f"{_JSON_TYPES.get(type(value), type(value).__name__)}, expected {_JSON_TYPES[kind]}")
+    if not isinstance(meta["hardware"].get("name"), str):
+        raise ArtifactError(f"{path}: corrupt module: metadata 'hardware' has no 'name' string")
+    return meta
+
+
+def _entries(path, meta, key, from_dict) -> list:
+    """meta[key]'s entries rebuilt by from_dict; a malformed one is an ArtifactError naming the file and key."""
+    try:
+        return [from_dict(d) for d in meta.get(key, [])]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ArtifactError(f"{path}: corrupt module: an entry of metadata {key!r} is malformed "
+                            f"({type(err).__name__}: {err})") from None
+
+
+def _tensor_spec(d):
+    """A TensorSpec from the metadata, its types checked: a call checks its arrays against it, where a bad one
+    would surface as an internal error instead."""
+    from xcomp.frontends.onnx import TensorSpec
+
+    spec = TensorSpec.from_dict(d)
+    index_range = spec.index_range or (0, 0, "")
+    if not (isinstance(spec.name, str) and isinstance(spec.dtype, str)
+            and all(isinstance(n, str) or _is_int(n) for n in spec.shape)
+            and len(index_range) == 3 and _is_int(index_range[0]) and _is_int(index_range[1])):
+        raise TypeError(f"not a tensor signature: {d!r}")
+    spec.numpy_dtype  # an unknown dtype raises TypeError here
+    if spec.value is not None:
+        spec.value_array()  # a value that does not fit the dtype and shape raises here
+    return spec
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load(path) -> Module:
@@ -346,41 +411,37 @@ def load(path) -> Module:
     import tvm
 
     from xcomp.backends import get_backend
-    from xcomp.frontends.onnx import TensorSpec
+    from xcomp.errors import TargetError
     from xcomp.partition import OpGroup
 
     zf, meta = _read_artifact(path)
     with zf:
-        if meta.get("format") != ARTIFACT_FORMAT:
-            raise ArtifactError(f"{path}: artifact format {meta.get('format')} is not {ARTIFACT_FORMAT}; recompile")
-        if meta.get("tvm_version") != tvm.__version__:
+        if meta["tvm_version"] != tvm.__version__:
             raise ArtifactError(
-                f"{path}: built with TVM {meta.get('tvm_version')}, this xcomp runs TVM {tvm.__version__}; recompile"
+                f"{path}: built with TVM {meta['tvm_version']}, this xcomp runs TVM {tvm.__version__}; recompile"
             )
-        backend = get_backend(meta["target"])
+        try:
+            backend = get_backend(meta["target"])
+        except TargetError as err:
+            raise ArtifactError(f"{path}: corrupt module: metadata 'target': {err}") from None
         if not backend.can_run():
             raise ArtifactError(
                 f"{path}: built for {meta['target']} ({meta['hardware']['name']}), which this machine cannot run"
             )
+        inputs, outputs, bound_inputs = (_entries(path, meta, key, _tensor_spec)
+                                         for key in ("inputs", "outputs", "bound_inputs"))
+        groups = _entries(path, meta, "groups", OpGroup.from_dict)
         if meta["library"] not in zf.namelist():
             raise ArtifactError(f"{path}: compiled library {meta['library']} missing from the file")
         workdir = tempfile.mkdtemp(prefix="xcomp-load-")
         try:
-            lib_path = zf.extract(meta["library"], workdir)
-            try:
+            try:  # (extracting checks the library's CRC: a damaged one stops here, before it is loaded)
+                lib_path = zf.extract(meta["library"], workdir)
                 with silence_native_stderr():
                     lib = tvm.runtime.load_module(lib_path)
             except Exception as err:
                 raise ArtifactError(f"{path}: cannot load the compiled library: {describe(err)}") from None
         finally:
             shutil.rmtree(workdir, ignore_errors=True)  # the library is mapped; the file is no longer needed
-    groups = [OpGroup.from_dict(g) for g in meta.get("groups", [])]
-    return Module(
-        lib,
-        backend,
-        inputs=[TensorSpec.from_dict(d) for d in meta["inputs"]],
-        outputs=[TensorSpec.from_dict(d) for d in meta["outputs"]],
-        groups=groups,
-        info=meta.get("info", {}),
-        bound_inputs=[TensorSpec.from_dict(d) for d in meta.get("bound_inputs", [])],
-    )
+    return Module(lib, backend, inputs=inputs, outputs=outputs, groups=groups, info=meta.get("info", {}),
+                  bound_inputs=bound_inputs)
