@@ -39,9 +39,15 @@ def get_backend(target: str) -> Backend:
 def backend_for_spec(spec: HardwareSpec) -> Backend:
     """A backend for a spec alone (e.g. to get its TVM target while partitioning or predicting)."""
     if spec.is_gpu:
-        from .gpu import backend_for_spec as gpu_backend_for_spec
+        from xcomp.errors import TargetError
 
-        return gpu_backend_for_spec(spec)
+        from .cuda import CUDABackend
+        from .rocm import ROCmBackend
+
+        for cls in (CUDABackend, ROCmBackend):
+            if spec.arch in cls.specs:
+                return cls(spec)
+        raise TargetError(f"no GPU backend knows the architecture {spec.arch!r}")
     from .cpu import CPUBackend
     from .cpu.detect import host_cpu
 

@@ -152,16 +152,3 @@ def _gpu_tir_pipeline() -> str:
 
     return derived_pipeline("xcomp_gpu", device_passes=lambda: [
         tirx.transform.LowerWarpMemory() for _ in range(_WARP_BUFFERS_PER_KERNEL - 1)])
-
-
-def backend_for_spec(spec: HardwareSpec) -> GPUBackend:
-    """The GPU backend whose catalog holds spec.arch, so schedules can get a TVM target from a spec alone."""
-    from xcomp.errors import TargetError
-
-    from .cuda import CUDABackend
-    from .rocm import ROCmBackend
-
-    for cls in (CUDABackend, ROCmBackend):
-        if spec.arch in cls.specs:
-            return cls(spec)
-    raise TargetError(f"no GPU backend knows the architecture {spec.arch!r}")

@@ -243,7 +243,7 @@ class _OnceLuckyRunner(_FakeRunner):
 def test_a_lucky_first_measurement_does_not_pick_the_config(tmp_path):
     """The top configs are measured again at the end; the lucky one's record then keeps its slower run, and the
     config chosen (by the tuner and by compile --db) is one that is fast every time."""
-    from xcomp.autotune.tuner import Tuner, best_knobs_from_db, model_tasks
+    from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
     from xcomp.db import canonical_knobs
 
@@ -257,7 +257,7 @@ def test_a_lucky_first_measurement_does_not_pick_the_config(tmp_path):
     assert task.trials == 17 and canonical_knobs(task.best_knobs) != runner.lucky
     honest = min(ms for key, ms in task.measured.items() if key != runner.lucky)
     assert task.best_ms == honest
-    (chosen,) = best_knobs_from_db(tmp_path / "t.sqlite", [task.group], backend.target_string,
+    (chosen,) = _best_knobs(tmp_path / "t.sqlite", [task.group], backend.target_string,
                                    backend.spec.fingerprint()).values()
     assert chosen == task.best_knobs
 
@@ -340,7 +340,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     take over again."""
     from xcomp import profile
     from xcomp.autotune import in_model
-    from xcomp.autotune.tuner import Tuner, best_knobs_from_db, model_tasks
+    from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
     from xcomp.db import IN_MODEL_TIMING, canonical_knobs
 
@@ -366,7 +366,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     assert canonical_knobs(row["fastest_alone"]) == alone[0] and canonical_knobs(row["picked"]) == alone[-1]
     assert in_model.changed(result) == [row] and result["model_picked_ms"] == 1.0
     target, fingerprint = backend.target_string, backend.spec.fingerprint()
-    assert best_knobs_from_db(path, [task.group], target, fingerprint) == {task.group.key: row["picked"]}
+    assert _best_knobs(path, [task.group], target, fingerprint) == {task.group.key: row["picked"]}
     module = xcomp.compile(model, tune_db=path)
     assert module.info["schedules"][task.group.key] == {"knobs": row["picked"], "source": "database"}
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
@@ -376,7 +376,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
         tuner = Tuner(backend, db, seed=1, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
                       guided=False)
         (task,) = tuner.tune(model_tasks(model, backend, None)[0], trials=4)
-    assert best_knobs_from_db(path, [task.group], target, fingerprint) == {task.group.key: task.best_knobs}
+    assert _best_knobs(path, [task.group], target, fingerprint) == {task.group.key: task.best_knobs}
 
 
 def test_inside_the_model_another_config_is_chosen_only_where_it_wins_every_round():
@@ -495,7 +495,7 @@ def test_records_timed_another_way_are_neither_resumed_nor_chosen(tmp_path):
     """A database tuned with warm timing (numbers 10x lower, in another order), then tuned again with cold
     timing: the second run measures every config it tries itself, and compile --db chooses among the newest
     run's records only (the warm ones would all look faster)."""
-    from xcomp.autotune.tuner import Tuner, best_knobs_from_db, model_tasks
+    from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
 
     backend = get_backend("cpu")
@@ -510,7 +510,7 @@ def test_records_timed_another_way_are_neither_resumed_nor_chosen(tmp_path):
     with TuningDB(path) as db:
         assert db.count(timing="warm") == db.count(timing="cold") == 9
         fastest_warm, _ = db.best(task.group.key, backend.target_string, timing="warm")
-    (chosen,) = best_knobs_from_db(path, [task.group], backend.target_string, backend.spec.fingerprint()).values()
+    (chosen,) = _best_knobs(path, [task.group], backend.target_string, backend.spec.fingerprint()).values()
     assert chosen == task.best_knobs != fastest_warm
 
 
@@ -535,3 +535,11 @@ def test_weights_that_stay_in_the_last_level_cache_are_timed_there(tmp_path):
     assert tuner.evict_private_bytes == 1 << 20  # the L2 of a core: what a LocalRunner evicts before each run
     assert LocalRunner().timing("cpu", tuner.evict_private_bytes) == (
         "weights in the last-level cache, producer-written input")
+
+
+def _best_knobs(db_path, groups, target, fingerprint) -> dict:
+    """What xcomp.compile(..., tune_db=db_path) builds each group with."""
+    from xcomp.db import TuningDB
+
+    with TuningDB(db_path) as db:
+        return db.best_knobs(groups, target, fingerprint)

@@ -2,7 +2,7 @@
 
 import os as _os
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 - xcomp.__version__
 
 # frontends/, schedules/, backends/ and costmodel/ sit at the top of the source tree and are installed as
 # subpackages of xcomp. Running from a source checkout without an editable install (e.g. `python -c` in the

@@ -258,6 +258,21 @@ class TuningDB:
         row = self._conn.execute(f"SELECT knobs, median_ms FROM records{where} ORDER BY median_ms LIMIT 1", args).fetchone()
         return (json.loads(row[0]), row[1]) if row else None
 
+    def best_knobs(self, groups, target, hw_fingerprint) -> dict:
+        """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none),
+        among those timed as the group's newest record was: records timed in other ways (warm against cold, or
+        by an older xcomp) do not compare, and the latest tuning run's are the ones to trust. Where a tuning run
+        ended timing its fastest configs inside the model (autotune/in_model.py), those records are the newest."""
+        best = {}
+        for group in groups:
+            for machine in (hw_fingerprint, None):
+                timing = self.latest_timing(group.key, target, machine)
+                hit = self.best(group.key, target, machine, timing) if timing else None
+                if hit:
+                    best[group.key] = hit[0]
+                    break
+        return best
+
     # -- sharing ---------------------------------------------------------------------------------------------
 
     def export_jsonl(self, path) -> int:

@@ -189,11 +189,11 @@ class Module:
     def metadata(self) -> dict:
         import tvm
 
-        import xcomp
+        from xcomp.version import __version__
 
         return {
             "format": ARTIFACT_FORMAT,
-            "xcomp_version": xcomp.__version__,
+            "xcomp_version": __version__,
             "tvm_version": tvm.__version__,
             "target": self.target,
             "hardware": self.spec.to_dict(),

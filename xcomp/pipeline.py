@@ -148,9 +148,10 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         mod, groups = partition(imported.mod, backend.spec, notes)
         best_knobs = None
         if tune_db is not None:
-            from xcomp.autotune.tuner import best_knobs_from_db
+            from xcomp.db import TuningDB
 
-            best_knobs = best_knobs_from_db(tune_db, groups, backend.target_string, backend.spec.fingerprint())
+            with TuningDB(tune_db) as db:
+                best_knobs = db.best_knobs(groups, backend.target_string, backend.spec.fingerprint())
         if group_knobs:
             best_knobs = {**(best_knobs or {}), **group_knobs}
         timings["partition_s"] = time.perf_counter() - t

@@ -13,16 +13,13 @@ import math
 
 import numpy as np
 
+from .vector_math import legalize_map as vector_math_map
+from .vector_math import tvm_legalization
+
 # Rows a symbolic-M matmul is padded to a multiple of (see _matmul_compute): the row tiles it allows are its
 # divisors. The padding is wasted work at small M (3 rows at M = 1); tiles of 4 rows reuse each weight vector 4x.
 # On the symbolic MLP of benchmarks/dynamic_shapes.py, 2 and 8 were slower than 4 at batch 8 and 32.
 SYMBOLIC_ROW_BLOCK = 4
-
-
-def _default(op_name):
-    import tvm
-
-    return tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
 
 def constant_f32(expr):
@@ -268,7 +265,7 @@ def _conv2d(spec):
         if usable and groups > 1 and weight.shape[1] == 1:
             block = _pack_lanes(weight.shape[0], lanes)
             if not block or weight.shape[0] != groups:  # a channel multiplier: not handled here
-                return _default("relax.nn.conv2d")(bb, call)
+                return tvm_legalization("relax.nn.conv2d")(bb, call)
             packed = relax.const(pack_conv_weight(weight, block))
             return bb.call_te(packed_depthwise_conv2d, call.args[0], packed, **geometry,
                               primfunc_name_hint="depthwise_conv2d")
@@ -278,7 +275,7 @@ def _conv2d(spec):
             minimum = _grouped_minimum(lanes, weight.shape[2:], out_pixels)
         block = _pack_lanes(weight.shape[0] // groups, lanes, minimum) if usable else 0
         if not block:
-            return _default("relax.nn.conv2d")(bb, call)
+            return tvm_legalization("relax.nn.conv2d")(bb, call)
         packed = relax.const(pack_conv_weight(weight, block))
         return bb.call_te(packed_conv2d, call.args[0], packed, **geometry, groups=groups,
                           primfunc_name_hint="conv2d")
@@ -297,7 +294,7 @@ def _matmul(lanes):
         if not block and usable and not hasattr(a_type.shape[-2], "value"):
             return bb.call_te(row_padded_matmul, call.args[0], call.args[1], primfunc_name_hint="matmul")
         if not block:
-            return _default("relax.matmul")(bb, call)
+            return tvm_legalization("relax.matmul")(bb, call)
         packed = relax.const(pack_matmul_weight(weight, block))
         return bb.call_te(packed_matmul, call.args[0], packed, primfunc_name_hint="matmul")
 
@@ -306,7 +303,6 @@ def _matmul(lanes):
 
 def legalize_map(spec) -> dict:
     """customize_legalize_map for relax.transform.LegalizeOps: these, and vector_math's exp-family ops."""
-    from .vector_math import legalize_map as vector_math_map
 
     lanes = spec.simd_width
     return {**vector_math_map(), "relax.nn.conv2d": _conv2d(spec), "relax.matmul": _matmul(lanes)}

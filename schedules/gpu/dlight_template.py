@@ -64,7 +64,7 @@ def _reduction_rule():
 
 class DlightTemplate(Template):
     def __init__(self, func, spec):
-        from xcomp.backends.gpu import backend_for_spec
+        from xcomp.backends import backend_for_spec
 
         super().__init__(func, spec)
         self.target = backend_for_spec(spec).target()

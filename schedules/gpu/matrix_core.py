@@ -42,7 +42,7 @@ def matrix_core_intrinsics(func, spec):
     import tvm
     from tvm import s_tir
 
-    from xcomp.backends.gpu import backend_for_spec
+    from xcomp.backends import backend_for_spec
 
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     block = _gemm_block(sch)

@@ -422,21 +422,4 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
     }
 
 
-def best_knobs_from_db(db_path, groups, target, fingerprint) -> dict:
-    """{group key: knobs} of the fastest record per group measured on this hardware (any machine's if none),
-    among those timed as the group's newest record was: records timed in other ways (warm against cold, or by
-    an older xcomp) do not compare, and the latest tuning run's are the ones to trust. Where a tuning run
-    ended timing its fastest configs inside the model (in_model.py), those records are the newest."""
-    best = {}
-    with TuningDB(db_path) as db:
-        for g in groups:
-            for machine in (fingerprint, None):
-                timing = db.latest_timing(g.key, target, machine)
-                hit = db.best(g.key, target, machine, timing) if timing else None
-                if hit:
-                    best[g.key] = hit[0]
-                    break
-    return best
-
-
-__all__ = ["Tuner", "tune_model", "best_knobs_from_db", "summary"]
+__all__ = ["Tuner", "tune_model", "summary"]

@@ -8,9 +8,7 @@ can be re-rendered anywhere. The JSON schema is documented in docs/report-schema
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
-KIND = "xcomp-bench-report"
-
+from .results import KIND, SCHEMA_VERSION  # noqa: E402
 from .collect import collect_report  # noqa: E402
 from .compare import compare_reports  # noqa: E402
 from .output import load_report, write_compare, write_report  # noqa: E402

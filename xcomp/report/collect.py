@@ -28,7 +28,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
     `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
     from xcomp.backends import get_backend
 
-    from . import KIND, SCHEMA_VERSION
+    from .results import KIND, SCHEMA_VERSION
     from .environment import command_line, machine, model_identity, versions
     from .measure import measure
     from .predict import predict_target

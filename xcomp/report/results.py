@@ -8,9 +8,11 @@ import os
 from xcomp.errors import UserError
 
 
-def read_report(path) -> dict:
-    from . import KIND, SCHEMA_VERSION
+SCHEMA_VERSION = 1
+KIND = "xcomp-bench-report"
 
+
+def read_report(path) -> dict:
     try:
         with open(path) as f:
             doc = json.load(f)

@@ -1,0 +1,104 @@
+"""The package's shape: no import cycles between its modules, counting the imports inside functions (they only
+hide a cycle from Python, not from a reader)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+# source folder -> the package it installs as (pyproject.toml's package-dir)
+PACKAGES = {"xcomp": "xcomp", "frontends": "xcomp.frontends", "schedules": "xcomp.schedules",
+            "backends": "xcomp.backends", "costmodel": "xcomp.costmodel"}
+
+
+def _modules() -> dict:
+    """{dotted module name: file}."""
+    found = {}
+    for folder, package in PACKAGES.items():
+        for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                if name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(dirpath, name[:-3]), os.path.join(ROOT, folder))
+                    parts = [p for p in rel.split(os.sep) if p not in ("__init__", ".")]
+                    found[".".join([package, *parts])] = os.path.join(dirpath, name)
+    return found
+
+
+def _imported(module: str, path: str, modules: dict) -> set:
+    """The package's modules that `module` imports anywhere in its file."""
+    is_package = path.endswith("__init__.py")
+    names = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import sub` needs the submodule; `from pkg import name` needs pkg's own code
+            names += [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    targets = set()
+    for name in names:
+        while name and name not in modules:  # `from pkg.mod import function`: the module is pkg.mod
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            targets.add(name)
+    return targets
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def _graph() -> dict:
+    modules = _modules()
+    return {m: _imported(m, p, modules) for m, p in modules.items()}
+
+
+def test_the_package_has_no_import_cycle():
+    cycles = _cycles(_graph())
+    assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = _graph()
+    assert "xcomp.pipeline" in graph["xcomp.api"]  # it reads the imports inside functions too
