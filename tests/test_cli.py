@@ -71,6 +71,24 @@ def test_user_errors_are_one_line_exit_1(tmp_path):
     assert r.returncode == 1 and "expected dtype float32, got float64" in r.stderr
 
 
+def test_run_of_a_corrupt_xc_is_one_line_exit_1(tiny_module, tmp_path):
+    """A module file whose metadata lacks its target: an ArtifactError naming the file, not an internal error."""
+    import zipfile
+
+    module, _ = tiny_module
+    saved = module.save(tmp_path / "mlp.xc")
+    corrupt = tmp_path / "corrupt.xc"
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(corrupt, "w") as dst:
+        meta = json.loads(src.read("metadata.json"))
+        del meta["target"]
+        dst.writestr("metadata.json", json.dumps(meta))
+        dst.writestr(meta["library"], src.read(meta["library"]))
+    r = xcomp_cli("run", str(corrupt), "-q")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [f"xcomp run: error: {corrupt}: corrupt module: its metadata has no "
+                                             "'target'"]
+
+
 def test_info_lists_ops_groups_and_unsupported(tmp_path):
     model_path = tmp_path / "mlp.onnx"
     onnx.save(tiny_mlp(2), str(model_path))
@@ -87,6 +105,29 @@ def test_info_lists_ops_groups_and_unsupported(tmp_path):
     onnx.save(bad, str(tmp_path / "bad.onnx"))
     r = xcomp_cli("info", str(tmp_path / "bad.onnx"))
     assert r.returncode == 0 and "unsupported (1 node(s))" in r.stdout and "NoSuchOp" in r.stdout
+
+
+def test_tvm_warnings_once_per_kind_all_with_verbose(tmp_path):
+    """x ** 3 makes TVM's C++ warn about pow once per use it lowers: a line a kind, with a count; -v: each."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import make_model
+
+    nodes = [helper.make_node("Pow", ["x", "three"], ["p"]), helper.make_node("Add", ["x", "p"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                       [numpy_helper.from_array(np.array(3.0, np.float32), "three")])
+    onnx.save(model, str(tmp_path / "cube.onnx"))
+    r = xcomp_cli("info", str(tmp_path / "cube.onnx"))
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "Detected pow" in line]
+    assert len(warned) == 1 and warned[0].startswith("xcomp.tvm: warning: "), r.stderr
+    assert "repeated" in warned[0]
+    repeats = int(re.search(r"repeated (\d+) more times", warned[0])[1])
+    r = xcomp_cli("info", "-v", str(tmp_path / "cube.onnx"))
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "Detected pow" in line]
+    assert len(warned) == repeats + 1 and all(line.startswith("xcomp.tvm: warning: ") for line in warned)
 
 
 def test_bench_against_onnxruntime(tmp_path):

@@ -20,10 +20,12 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
                   The module then checks, when given them, that they hold these values.
     """
     from xcomp.examples import resolve
+    from xcomp.native import tvm_log_to_logging
     from xcomp.pipeline import compile_model
 
-    return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db, progress=progress,
-                         input_values=input_values)
+    with tvm_log_to_logging():
+        return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db,
+                             progress=progress, input_values=input_values)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,

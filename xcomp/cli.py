@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -495,6 +496,8 @@ def build_parser():
     def common(p, target=True, shapes=True):
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="every log line (TVM's warnings each time, not once per kind with a count)")
         if target:
             p.add_argument("-t", "--target", default="cpu", help="target to compile for (default: cpu, this host)")
         if shapes:
@@ -633,6 +636,36 @@ def build_parser():
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each record (xcomp.native points it elsewhere while it captures fd 2)."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
+def _setup_logging(verbose):
+    """xcomp's log records on stderr as `xcomp.tvm: warning: ...`; -v: every record, DEBUG up."""
+    logger = logging.getLogger("xcomp")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):  # main() may run more than once
+        handler = _StderrHandler()
+        handler.setFormatter(_LowerLevelFormatter("%(name)s: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logger.propagate = False
+
+
+class _LowerLevelFormatter(logging.Formatter):
+    """`warning:` as in the CLI's `error:` lines."""
+
+    def format(self, record):
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
 def main(argv=None) -> int:
     from xcomp.errors import XcompError
 
@@ -642,6 +675,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    _setup_logging(getattr(args, "verbose", False))
     try:
         result = args.func(args)
     except XcompError as err:

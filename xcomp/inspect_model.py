@@ -8,6 +8,13 @@ from xcomp.frontends.input_values import InputValuesRequired
 
 def describe(model, target="cpu", input_shapes=None, input_values=None) -> dict:
     """A JSON-ready description: inputs, outputs, op histogram, unsupported nodes, operator groups."""
+    from xcomp.native import tvm_log_to_logging
+
+    with tvm_log_to_logging():
+        return _describe(model, target, input_shapes, input_values)
+
+
+def _describe(model, target, input_shapes, input_values) -> dict:
     from xcomp.backends import get_backend
     from xcomp.frontends import onnx as fe
     from xcomp.partition import expr_text, flops_expr, partition, total_flops, unique_groups
