@@ -14,6 +14,18 @@ from onnx import TensorProto, helper, numpy_helper
 RTOL, ATOL = 1e-3, 1e-4
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory):
+    """xcomp's cache folder (the best CPU roofs seen) in a temporary folder: tests never write to the home."""
+    previous = os.environ.get("XCOMP_CACHE_DIR")
+    os.environ["XCOMP_CACHE_DIR"] = str(tmp_path_factory.mktemp("xcomp-cache"))  # CLI subprocesses inherit it
+    yield
+    if previous is None:
+        os.environ.pop("XCOMP_CACHE_DIR", None)
+    else:
+        os.environ["XCOMP_CACHE_DIR"] = previous
+
+
 def data_dir(*parts) -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", *parts)
 

@@ -169,6 +169,26 @@ def test_cpu_rates_are_set_against_roofs_measured_here(run):
     assert "measured fp32 peak" in md
 
 
+def test_a_rate_is_never_above_the_peak():
+    """A runner faster than the measured peak raises it (and the report says by whom); a peak without measured
+    roofs to raise is capped at 100% in the table."""
+    from xcomp.report.measure import _peak_at_least_every_rate
+    from xcomp.report.tables import _rate
+
+    roofs = {"source": "measured", "peak_flops": {"float32": 1e11}, "mem_bandwidth": 2e10}
+    entry = {"target": "cpu", "model_flops": 1e9, "latency": {"median_ms": 8.0}}  # 125 GFLOP/s
+    baselines = [{"name": "onnxruntime", "device": "cpu", "status": "measured", "latency": {"median_ms": 7.5}},
+                 {"name": "torch-cuda", "device": "cuda", "status": "measured", "latency": {"median_ms": 1.0}}]
+    raised = _peak_at_least_every_rate(roofs, entry, baselines)
+    assert raised["peak_flops"]["float32"] == pytest.approx(1e9 / 7.5e-3)  # onnxruntime's; the GPU's is not a CPU rate
+    assert raised["peak_raised_by"] == {"runner": "onnxruntime", "measured_peak": 1e11}
+    assert roofs["peak_flops"]["float32"] == 1e11  # the roofs measured stay as they were
+    assert _rate(1e9, raised["peak_flops"]["float32"], 7.5) == "133 GFLOP/s (100%)"
+    assert _rate(1e9, raised["peak_flops"]["float32"], 8.0) == "125 GFLOP/s (94%)"
+    assert "peak_raised_by" not in _peak_at_least_every_rate(roofs, {**entry, "latency": {"median_ms": 20.0}}, [])
+    assert _rate(1e9, 1e11, 7.5) == "133 GFLOP/s (100%: above the peak)"
+
+
 def test_baselines(run):
     baselines = {b["name"]: b for b in run["report"]["baselines"]}
     ort = baselines["onnxruntime"]

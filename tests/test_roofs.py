@@ -52,3 +52,33 @@ def test_only_a_cpu_that_runs_here_is_measured(backend):
     assert backend.measured_roofs() == roofs  # once per process
     assert get_backend("cpu:aarch64-linux-gnu").measured_roofs() is None
     assert get_backend("cuda:sm_90").measured_roofs() is None
+
+
+def test_a_peak_measured_lower_than_the_cached_one_keeps_the_cached(backend, monkeypatch, tmp_path):
+    """A busy host measures low: the roofs are the best seen on this machine, and a better run raises them."""
+    import json
+
+    from xcomp.backends.cpu import roofs
+
+    monkeypatch.setenv("XCOMP_CACHE_DIR", str(tmp_path))
+    machine = roofs.machine_key(backend.spec)
+    (tmp_path / "roofs.json").write_text(json.dumps({machine: {"peak_flops": {"float32": 2e11},
+                                                               "mem_bandwidth": 3e10}}))
+    now = {"peak_flops": {"float32": 1e11}, "mem_bandwidth": 4e10}
+    monkeypatch.setattr(roofs, "_measure", lambda _backend: now)
+    monkeypatch.setattr(roofs, "_measured", {})
+    found = backend.measured_roofs()
+    assert found["peak_flops"]["float32"] == 2e11 and found["mem_bandwidth"] == 4e10  # each roof on its own
+    assert found["this_run"] == now and found["machine"] == machine
+    cached = json.loads((tmp_path / "roofs.json").read_text())
+    assert cached == {machine: {"peak_flops": {"float32": 2e11}, "mem_bandwidth": 4e10}}
+
+
+def test_an_unreadable_cache_is_measured_over(backend, monkeypatch, tmp_path):
+    from xcomp.backends.cpu import roofs
+
+    monkeypatch.setenv("XCOMP_CACHE_DIR", str(tmp_path))
+    (tmp_path / "roofs.json").write_text("{not json")
+    best, _, machine = roofs._best_seen(backend.spec, {"peak_flops": {"float32": 1e11}, "mem_bandwidth": 4e10})
+    assert best == {"peak_flops": {"float32": 1e11}, "mem_bandwidth": 4e10}
+    assert machine in (tmp_path / "roofs.json").read_text()

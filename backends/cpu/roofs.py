@@ -3,10 +3,14 @@
 The spec's peak is nominal (cores x the cpuinfo clock x lanes x 2 FMA pipes x 2) and its bandwidth a guess. Turbo
 runs above the cpuinfo clock, so well-scheduled groups read over 100% of that peak; reports set groups against
 these instead. Both kernels are built with TVM for the host target, so they use the code generator xcomp's own
-kernels use.
+kernels use. Each roof is the best seen on this machine: a busy host measures low, never high, so the highest
+measurement kept (roofs.json in xcomp's cache folder) is the closest to the hardware's.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 # FMAs chained per accumulator between two trips through memory: long enough that the loop and the
 # accumulators' loads and stores cost nothing, short enough that LLVM keeps every chain in registers.
@@ -85,12 +89,66 @@ def _measure(backend) -> dict:
     return {"peak_flops": {"float32": peak}, "mem_bandwidth": bandwidth}
 
 
-_measured: dict = {}  # spec fingerprint -> _measure's result: once per process
+_measured: dict = {}  # spec fingerprint -> _best_seen's result: once per process
 
 
 def measured_roofs(backend) -> dict:
-    """Backend.measured_roofs for a CPU backend this machine runs (about a second, once per process)."""
+    """Backend.measured_roofs for a CPU backend this machine runs (about a second, once per process): the best
+    roofs seen on this machine, with this run's own measurement under "this_run"."""
     key = backend.spec.fingerprint()
     if key not in _measured:
-        _measured[key] = _measure(backend)
-    return {"source": "measured", **_measured[key], "method": METHOD}
+        _measured[key] = _best_seen(backend.spec, _measure(backend))
+    best, this_run, machine = _measured[key]
+    return {"source": "measured", **best, "this_run": this_run, "machine": machine,
+            "method": METHOD + "; each the best seen on this machine (kept in xcomp's cache folder)"}
+
+
+def cache_path() -> str:
+    """$XCOMP_CACHE_DIR/roofs.json, else under $XDG_CACHE_HOME/xcomp or ~/.cache/xcomp."""
+    folder = os.environ.get("XCOMP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "xcomp")
+    return os.path.join(folder, "roofs.json")
+
+
+def machine_key(spec) -> str:
+    """What the roofs depend on: the CPU model, the cores this process may use and the vector width the kernels
+    use ('Intel(R) Xeon(R) Platinum 8580, 2 cores, 16 fp32 lanes')."""
+    model = spec.arch
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {spec.cores} cores, {spec.simd_width} fp32 lanes"
+
+
+def _best_seen(spec, measured: dict) -> tuple:
+    """(each roof the larger of `measured` and the cache's for this machine, `measured`, the machine's key); the
+    cache is updated where this run did better. A cache that cannot be read or written is left out."""
+    path, machine = cache_path(), machine_key(spec)
+    try:
+        with open(path) as f:
+            cache = json.load(f)
+    except (OSError, ValueError):
+        cache = {}
+    if not isinstance(cache, dict):
+        cache = {}
+    cached = cache.get(machine) if isinstance(cache.get(machine), dict) else {}
+    try:
+        cached_peak = float(cached.get("peak_flops", {}).get("float32", 0.0))
+        cached_bandwidth = float(cached.get("mem_bandwidth", 0.0))
+    except (AttributeError, TypeError, ValueError):  # an entry not written by this code
+        cached_peak = cached_bandwidth = 0.0
+    best = {"peak_flops": {"float32": max(measured["peak_flops"]["float32"], cached_peak)},
+            "mem_bandwidth": max(measured["mem_bandwidth"], cached_bandwidth)}
+    if best["peak_flops"]["float32"] > cached_peak or best["mem_bandwidth"] > cached_bandwidth:
+        cache[machine] = best
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(cache, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)  # another process reading at the same time sees the old file or the new one
+        except OSError:
+            pass
+    return best, measured, machine

@@ -102,5 +102,8 @@ def roofs_summary(entry: dict) -> str:
     r = roofs(entry)
     if r["source"] == "spec":
         return spec_summary(entry["hardware"])
-    return (f"{entry['hardware'].get('name')}: measured fp32 peak {si(r['peak'], 'FLOP/s')}, memory "
+    raised = entry["roofs"].get("peak_raised_by")
+    peak = si(r["peak"], "FLOP/s") + (f" (raised to {raised['runner']}'s rate: measured "
+                                      f"{si(raised['measured_peak'], 'FLOP/s')})" if raised else "")
+    return (f"{entry['hardware'].get('name')}: measured fp32 peak {peak}, memory "
             f"{si(r['bandwidth'], 'B/s')} (spec: {spec_summary(entry['hardware']).split(': ', 1)[1]})")
