@@ -5,10 +5,11 @@ Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] 
 GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, compiled by xcomp.compile for the
 visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
 arrays, timed with CUDA events. Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's default
-config and at the best of --trials random ones. Models: a torchvision network with seeded random weights, exported to ONNX (opset
-17, the legacy exporter) and compiled by xcomp; torch runs the same module in eager mode, through torch.compile and
-through torch.compile(mode="reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on the
-same inputs before it is timed; a mismatch is recorded as an error and its time is not reported.
+config and at the best of --trials random ones. Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
+with seeded random weights, exported to ONNX (opset 17, the legacy exporter); xcomp runs them with and without its
+CUDA graphs (cuda_graph=True), torch in eager mode, through torch.compile and through torch.compile(mode=
+"reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on two inputs before it is timed;
+a mismatch is recorded as an error and its time is not reported.
 
 Steps run in priority order while the budget lasts; DIR/gpu_suite.json is rewritten after each, in the shape of
 benchmarks/results/gpu/ (see docs/gpu-results.md), so a call cut short still returns what it measured. The generated
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/gem
 GEMMS = [(4096, 4096, 4096, "float16"), (8192, 8192, 8192, "float16"), (4096, 4096, 4096, "bfloat16"),
          (4096, 4096, 4096, "float32"), (1024, 1024, 1024, "float16")]
 SWEEPS = [(4096, 4096, 4096, "float16")]
-MODELS = [("resnet50", "float32"), ("resnet50", "float16")]
+MODELS = [("resnet50", "float32"), ("resnet50", "float16"), ("bert-base", "float16")]
 TORCH_MODES = {"torch_eager_ms": None, "torch_compile_ms": "default", "torch_reduce_overhead_ms": "reduce-overhead"}
 SEED = 0
 
@@ -165,12 +166,32 @@ def run_knob_sweep(m, n, k, dtype, trials, dry_run):
 
 
 def build_torch_model(name, dtype):
+    """(module on the GPU, inputs_for(seed) -> tuple of GPU tensors, ONNX input names), seeded weights."""
     import torch
-    import torchvision
 
     torch.manual_seed(SEED)
-    model = getattr(torchvision.models, name)(weights=None).eval()
-    return model.to("cuda", torch_dtype(dtype)), torch.randn(1, 3, 224, 224).to("cuda", torch_dtype(dtype))
+    if name == "bert-base":
+        import transformers
+
+        config = transformers.BertConfig(return_dict=False, attn_implementation="eager")
+        model, names = transformers.BertModel(config, add_pooling_layer=False), ["input_ids", "attention_mask"]
+
+        def inputs_for(seed):
+            ids = torch.randint(0, config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(seed))
+            return ids.cuda(), torch.ones(1, 128, dtype=torch.int64, device="cuda")
+    else:
+        import torchvision
+
+        model, names = getattr(torchvision.models, name)(weights=None), ["x"]
+
+        def inputs_for(seed):
+            image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(seed))
+            return (image.to("cuda", torch_dtype(dtype)),)
+    return model.eval().to("cuda", torch_dtype(dtype)), inputs_for, names
+
+
+def _first(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
 
 
 def run_model(name, dtype, out_dir, budget):
@@ -179,22 +200,28 @@ def run_model(name, dtype, out_dir, budget):
     import xcomp
 
     row = {"model": name, "dtype": dtype, "batch": 1}
-    model, x = build_torch_model(name, dtype)
+    model, inputs_for, names = build_torch_model(name, dtype)
+    args = inputs_for(SEED)
     path = os.path.join(out_dir, f"{name}_{dtype}.onnx")
     with torch.no_grad():
-        torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False, input_names=["x"], output_names=["y"])
-        reference = model(x).float().cpu().numpy()
-    t = time.monotonic()
-    module = xcomp.compile(path, target="cuda")
-    row["xcomp_compile_s"] = round(time.monotonic() - t, 1)
-    os.remove(path)
-    x_host = x.cpu().numpy()
-    row["max_rel_error"] = relative_error(module(x_host), reference)
+        torch.onnx.export(model, args, path, opset_version=17, dynamo=False, input_names=names, output_names=["y"])
     tolerance = 1e-2 if dtype == "float16" else 1e-3
-    if row["max_rel_error"] > tolerance:
-        row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> {tolerance})"
-    else:
-        row["xcomp_ms"] = module.benchmark({"x": x_host}, repeat=50)["median_ms"]
+    for key, cuda_graph in (("xcomp_ms", False), ("xcomp_cuda_graph_ms", True)):
+        t = time.monotonic()
+        module = xcomp.compile(path, target="cuda", cuda_graph=cuda_graph)
+        row[key.replace("_ms", "_compile_s")] = round(time.monotonic() - t, 1)
+        errors = []
+        for seed in (SEED, SEED + 1):  # a second input: a CUDA graph replays with each call's own data
+            call_args = inputs_for(seed)
+            with torch.no_grad():
+                reference = _first(model(*call_args)).float().cpu().numpy()
+            errors.append(relative_error(_first(module(*(a.cpu().numpy() for a in call_args))), reference))
+        row[key.replace("_ms", "_max_rel_error")] = max(errors)
+        if max(errors) > tolerance:
+            row[key.replace("_ms", "_error")] = f"wrong result: max error {max(errors):.3g} of the largest output"
+            continue
+        row[key] = module.benchmark(dict(zip(names, (a.cpu().numpy() for a in args))), repeat=50)["median_ms"]
+    os.remove(path)
     for key, mode in TORCH_MODES.items():
         if budget.left() < 60 and mode is not None:
             row[key] = None
@@ -203,11 +230,11 @@ def run_model(name, dtype, out_dir, budget):
         with torch.no_grad():
             fn = model if mode is None else torch.compile(model, mode=mode)
             t = time.monotonic()
-            fn(x)
+            fn(*args)
             torch.cuda.synchronize()
             if mode is not None:
                 row[key.replace("_ms", "_compile_s")] = round(time.monotonic() - t, 1)
-            row[key] = cuda_time_ms(lambda: fn(x), warmup=5, repeat=50)
+            row[key] = cuda_time_ms(lambda: fn(*args), warmup=5, repeat=50)
     return row
 
 

@@ -536,3 +536,52 @@ def test_half_precision_onnx_on_visible_gpu(kind, name):
         got = module(x)
     got = np.asarray(got, dtype=np.float64)
     assert np.max(np.abs(got - want)) <= 1e-2 * np.max(np.abs(want))
+
+
+def _conv_chain_onnx():
+    """Three 3x3 convs: the middle kernels use statically planned buffers, which CUDA-graph rewriting captures."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+               for name, shape in (("w1", (8, 4, 3, 3)), ("w2", (8, 8, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["y"], pads=[1] * 4)]
+    graph = helper.make_graph(nodes, "conv_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_cuda_graph_option_captures_the_kernels_in_between(cuda_graph):
+    import xcomp
+
+    module = xcomp.compile(_conv_chain_onnx(), target="cuda:sm_90", cuda_graph=cuda_graph)
+    vm_code = module._executable.as_text()
+    assert ("vm.builtin.cuda_graph.run_or_capture" in vm_code) == cuda_graph
+    assert module.info["cuda_graph"] == cuda_graph
+
+
+def test_cuda_graph_needs_a_cuda_target():
+    import xcomp
+
+    with pytest.raises(TargetError, match="CUDA graphs need a CUDA target"):
+        xcomp.compile(_conv_chain_onnx(), target="cpu", cuda_graph=True)
+
+
+@pytest.mark.gpu
+def test_a_cuda_graph_replays_with_each_call_s_inputs():
+    """Captured on the first call, replayed after: every call must see its own input, as without the graph."""
+    import tvm
+
+    import xcomp
+
+    if not tvm.cuda(0).exist:
+        pytest.skip("no cuda GPU visible")
+    plain = xcomp.compile(_conv_chain_onnx(), target="cuda")
+    graphed = xcomp.compile(_conv_chain_onnx(), target="cuda", cuda_graph=True)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.standard_normal((1, 4, 16, 16)).astype(np.float32)
+        np.testing.assert_allclose(graphed(x), plain(x), rtol=1e-5, atol=1e-5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_db=None,  # noqa: A001
-            progress: bool = False, input_values: dict | None = None):
+            progress: bool = False, input_values: dict | None = None, cuda_graph: bool = False):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
     model:        path to an .onnx file, its bytes, an onnx.ModelProto, or `onnx:NAME` for a model shipped
@@ -18,6 +18,8 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
     input_values: {input name: array} fixing inputs that set shapes (a ReduceSum's axes, a Resize's scales) to
                   constants: TVM needs those at compile time, and compile says which inputs when it does.
                   The module then checks, when given them, that they hold these values.
+    cuda_graph:   (CUDA) replay the kernels as CUDA graphs: one launch per graph instead of one per kernel,
+                  for static shapes; the graph is captured on the first call.
     """
     from xcomp.examples import resolve
     from xcomp.native import tvm_log_to_logging
@@ -25,7 +27,7 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
 
     with tvm_log_to_logging():
         return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db,
-                             progress=progress, input_values=input_values)
+                             progress=progress, input_values=input_values, cuda_graph=cuda_graph)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,

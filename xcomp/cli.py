@@ -135,7 +135,7 @@ def cmd_compile(args):
 
     model = _model_arg(args.model)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                           progress=not args.quiet, input_values=_input_values(args))
+                           progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph)
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -514,6 +514,9 @@ def build_parser():
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("-o", "--output", help="output file (default: MODEL.xc in the current folder)")
     p.add_argument("--emit-source", metavar="DIR", help="also write generated code (LLVM IR/asm, CUDA, PTX, AMDGPU)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: replay the kernels as CUDA graphs (one launch per graph instead of one per kernel; "
+                   "static shapes; captured on the first run)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
     common(p)
     p.set_defaults(func=cmd_compile)

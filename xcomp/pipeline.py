@@ -18,15 +18,21 @@ class ScheduleChoice:
     source: str  # "database", "costmodel", "default", "fallback:<reason>"
 
 
-def _lowering_passes(spec):
-    """Relax -> VM lowering after our own fusion and scheduling (TVM's default pipeline would fuse again)."""
+def _lowering_passes(spec, cuda_graph=False):
+    """Relax -> VM lowering after our own fusion and scheduling (TVM's default pipeline would fuse again).
+    cuda_graph: lift the statically planned kernel sequences into functions the VM captures as CUDA graphs on
+    their first call and replays after, one launch instead of one per kernel (Relax's RewriteCUDAGraph, which
+    runs right after memory planning and acts only under the relax.backend.use_cuda_graph config)."""
     import tvm
+    from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
     from tvm.relax.backend.gpu_generic import pipeline as gpu_generic
 
     generic = gpu_generic if spec.is_gpu else cpu_generic
-    return tvm.transform.Sequential(generic.dataflow_lower_passes(None) + generic.finalize_passes(None)
-                                    + [_shape_funcs_noalias()])
+    finalize = generic.finalize_passes(None)
+    if cuda_graph:
+        finalize.insert(1, relax.transform.RewriteCUDAGraph())  # after StaticPlanBlockMemory, as TVM's CUDA pipeline
+    return tvm.transform.Sequential(generic.dataflow_lower_passes(None) + finalize + [_shape_funcs_noalias()])
 
 
 def _shape_funcs_noalias():
@@ -108,13 +114,16 @@ def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
     return mod, choices
 
 
-def build_executable(mod, backend):
-    """tvm.compile the scheduled module for the backend's target."""
+def build_executable(mod, backend, cuda_graph=False):
+    """tvm.compile the scheduled module for the backend's target (see _lowering_passes for cuda_graph)."""
+    import tvm
+
     problem = backend.toolchain_problem()
     if problem:
         raise TargetError(f"cannot build for {backend.target_string} here: {problem}")
     try:
-        return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec))
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": cuda_graph}):
+            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, cuda_graph))
     except XcompError:
         raise
     except Exception as err:
@@ -124,10 +133,11 @@ def build_executable(mod, backend):
 
 
 def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None,
-                  group_knobs=None):
+                  group_knobs=None, cuda_graph=False):
     """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
     their fastest measured config, the rest their template default. `group_knobs` ({group key: knobs}) sets
-    configs before the database does (the tuner compiles the model with chosen candidates so)."""
+    configs before the database does (the tuner compiles the model with chosen candidates so). `cuda_graph`:
+    replay the model's kernels as CUDA graphs (CUDA targets only)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.module import Module
@@ -137,6 +147,8 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
     with bar(total=4, desc="compile", unit="step", enabled=progress, leave=False) as steps:
         t0 = time.perf_counter()
         backend = get_backend(target)
+        if cuda_graph and backend.name != "cuda":
+            raise TargetError(f"CUDA graphs need a CUDA target, not {backend.target_string}")
         steps.set_postfix_str("import")
         imported = load_onnx(model, input_shapes, input_values)
         timings["import_s"] = time.perf_counter() - t0
@@ -165,7 +177,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
 
         t = time.perf_counter()
         steps.set_postfix_str("build")
-        executable = build_executable(mod, backend)
+        executable = build_executable(mod, backend, cuda_graph)
         timings["build_s"] = time.perf_counter() - t
         steps.update()
     timings["total_s"] = time.perf_counter() - t0
@@ -179,6 +191,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "model_name": imported.name,
             "opset": imported.opset,
             "compile_times": timings,
+            "cuda_graph": cuda_graph,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
             "notes": notes + _schedule_notes(groups, choices),
         },
