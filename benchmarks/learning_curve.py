@@ -93,7 +93,8 @@ def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: in
 
     One run dict per mode whose curve is, after each trial, the latency of the config the tuner held for best
     then, re-timed at the end with every such config of both runs in interleaved rounds: on a shared machine a
-    lucky quiet moment during tuning would otherwise set a best no config really reaches (a 5x swing was seen)."""
+    lucky quiet moment during tuning would otherwise set a best no config really reaches
+    (docs/decisions/bench-timing.md)."""
     from xcomp.autotune.tuner import Tuner
     from xcomp.db import TuningDB
 

@@ -105,7 +105,8 @@ def main():
     model = mlp()
     report = {}
     with tempfile.TemporaryDirectory() as work:
-        local(model, 2, os.path.join(work, "warmup"))  # the first tuning in a machine pays 30-45 s of cold caches
+        # the first tuning in a machine pays for cold caches: keep that out of every runner's time
+        local(model, 2, os.path.join(work, "warmup"))
         for n, name in enumerate(args.order.split(",")):
             folder = os.path.join(work, f"{n}-{name}")
             if name == "bundle":  # as many measurements as the others make: defaults + trials

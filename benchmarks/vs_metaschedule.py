@@ -9,7 +9,7 @@ default CPU search space, evolutionary search with its XGBoost model, in-memory 
 xcomp's partitioner makes for the group (packed conv weights included), for the same target
 (`get_backend("cpu").target()`), each with its candidates timed like xcomp's runner times them (number, repeat,
 min_repeat_ms of xcomp.autotune.measure.LocalRunner). Tuning wall time is the tuning call alone: MetaSchedule's
-one-time `import tvm.s_tir.tensor_intrin` (about a minute here; its TuneContext needs it) is paid before the clock
+one-time `import tvm.s_tir.tensor_intrin` (slow; its TuneContext needs it) is paid before the clock
 starts, and its builder skips that import in every worker. Then every best kernel (and xcomp's default config)
 is built once and re-timed in `--rounds` interleaved rounds in this one process with one timer; the table gives
 the medians, after checking that MetaSchedule's kernel computes what xcomp's default does.
@@ -32,8 +32,8 @@ from gemm import Timer
 
 
 def build_without_tensor_intrin(mod, target, _params):
-    """MetaSchedule's default build, minus its `import tvm.s_tir.tensor_intrin` (45-68 s in each fresh worker;
-    no tensor intrinsic is used on this CPU target)."""
+    """MetaSchedule's default build, minus its `import tvm.s_tir.tensor_intrin` (slow in each fresh worker:
+    docs/decisions/one-time-costs.md; no tensor intrinsic is used on this CPU target)."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 

@@ -70,7 +70,8 @@ def setup(parser, names: list):
 
 def preload_tensor_intrin():
     """MetaSchedule's TuneContext, which our cost model's features and ms.tune_tir both create, imports
-    tvm.s_tir.tensor_intrin once per process (about a minute here): pay that before any tuning clock starts."""
+    tvm.s_tir.tensor_intrin once per process, a slow import: pay that before any tuning clock starts
+    (docs/decisions/one-time-costs.md)."""
     start = time.perf_counter()
     import tvm.s_tir.tensor_intrin  # noqa: F401
 

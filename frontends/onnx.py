@@ -682,8 +682,8 @@ def with_runtime_checks(mod, checks):
     bindings = []
     for condition, format_args, message in checks:
         call = builder.normalize(relax.op.assert_op(condition, format_args, RUNTIME_CHECK_TAG + message))
-        # the assert runs only when the check fails: it is a Python callback, about 35 us a call even when the
-        # condition holds, where the VM's branch on a bool is free
+        # the assert runs only when the check fails: it is a Python callback that costs even when the condition
+        # holds, where the VM's branch on a bool is free (docs/decisions/call-overhead.md)
         failed = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(relax.Var("failed", call.ty), call)])],
                                relax.Tuple([]))
         check = builder.normalize(relax.If(condition, relax.SeqExpr([], relax.Tuple([])), failed))

@@ -11,8 +11,7 @@ from xcomp.errors import UserError
 # Calls per block: the first follows another runner, the rest are the steady state a serving loop sees.
 BLOCK = 6
 # Pause before each block, so that the last runner's pool threads, which spin for a while after its calls, are idle
-# again (onnxruntime's spin ~40 ms: xcomp's resnet50 call right after one of its runs took 56.7 ms, 23.6 ms after a
-# 40 ms pause and 23.6 after an onnxruntime run without spinning).
+# again instead of taking a core from the next runner (docs/decisions/bench-timing.md).
 SETTLE_S = 0.1
 
 
@@ -85,8 +84,7 @@ class OnnxRuntimeBaseline:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         # onnxruntime as its users run it: its default settings, whose pool threads spin for a while after each
-        # run (alternating_blocks pauses after every block for them). On resnet50 here that spinning made it 2%
-        # faster than without (29.5 vs 30.1 ms, blocks of 10 calls in one process).
+        # run (alternating_blocks pauses after every block for them; docs/decisions/bench-timing.md).
         self.settings = {"providers": [provider], "intra_op_allow_spinning": True}
         opts.add_session_config_entry("session.intra_op.allow_spinning",
                                       str(int(self.settings["intra_op_allow_spinning"])))

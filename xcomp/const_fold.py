@@ -1,9 +1,9 @@
 """Constant folding in numpy for the ops that dominate imported CNNs: batch-norm arithmetic, reshapes and
 broadcasts of parameters, and the layout transforms of conv weights.
 
-TVM's FoldConstant builds every foldable call with LLVM and runs it: about 0.2 s a call, 11 s per pass on
-resnet50 (half the model's compile). Here the same calls cost microseconds; FoldConstant still runs after this
-pass for whatever it leaves (ops not in `_ELEMENTWISE`/`_SHAPE_OPS`, dtypes numpy and TVM might disagree on).
+TVM's FoldConstant builds every foldable call with LLVM and runs it, a large share of a CNN's compile time; here
+the same calls cost microseconds (docs/decisions/one-time-costs.md). FoldConstant still runs after this pass for
+whatever it leaves (ops not in `_ELEMENTWISE`/`_SHAPE_OPS`, dtypes numpy and TVM might disagree on).
 """
 
 from __future__ import annotations

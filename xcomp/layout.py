@@ -1,12 +1,12 @@
 """Blocked channel layout between convs: NCHW{V}c activations, V = the SIMD width.
 
 With plain NCHW activations every conv reads its input one channel plane apart per reduction step (hundreds of
-concurrent streams, a TLB entry each) and writes its output vectors scattered across planes. In context, with
-inputs that the previous group left in the other core's cache, that cost resnet50's 1x1 convs 40-90% over their
-time measured alone. As NCHW{V}c the V channels of a pixel are one vector: convs read and write whole vectors,
-and the adds, relus, pools and concats between them run unchanged on the blocked tensors. TVM's ConvertLayout
-propagates the layout and inserts the transforms where it must stop (an op with no blocked form such as LRN or a
-grouped conv, the reshape before a classifier).
+concurrent streams, a TLB entry each) and writes its output vectors scattered across planes, which costs most
+inside a model, where the previous group left the input in another core's cache (docs/decisions/blocked-layout.md). As
+NCHW{V}c the V channels of a pixel are one vector: convs read and write whole vectors, and the adds, relus, pools
+and concats between them run unchanged on the blocked tensors. TVM's ConvertLayout propagates the layout and
+inserts the transforms where it must stop (an op with no blocked form such as LRN or a grouped conv, the reshape
+before a classifier).
 """
 
 from __future__ import annotations
@@ -54,11 +54,9 @@ def _paddable(conv, lanes: int) -> bool:
 
 
 def padded_channels(channels: int, lanes: int) -> int:
-    """Output channels a `_paddable` conv runs with: whole vectors, and above 8 vectors whole pairs of them (an
-    odd count of channel vectors leaves the conv template only odd channel tiles: squeezenet's 1000-channel
-    classifier has 63 vectors at 1008 channels, divisible by 1, 3, 7, and 64 at 1024; the model ran 3.8% faster
-    at 1024, for 1.6% more multiply-adds in that conv. On 8 lanes its 125 whole vectors leave tiles of 1 or 5:
-    1 x 7 pixels took 1.8 ms, 2 x 5 on 126 vectors 1.35)."""
+    """Output channels a `_paddable` conv runs with: whole vectors, and above 8 vectors whole pairs of them: an
+    odd count of channel vectors leaves the conv template only odd channel tiles, which cost more than the padding
+    (docs/decisions/blocked-layout.md)."""
     unit = 2 * lanes if channels > 8 * lanes else lanes
     return -(-channels // unit) * unit
 
@@ -89,8 +87,8 @@ def prepare_for_layout(func, lanes: int):
     - nn.dropout (an identity at inference) becomes its input and an all-ones mask: ConvertLayout cannot pass a
       layout through dropout's (output, mask) tuple;
     - a constant operand of a binary op gets the other operand's rank ([C, 1, 1] -> [1, C, 1, 1], the same
-      broadcast): ConvertLayout converts only operands of equal rank (densenet's pre-activation batch norms
-      otherwise sent every conv input back to NCHW and forth, 122 transforms)."""
+      broadcast): ConvertLayout converts only operands of equal rank (otherwise pre-activation batch norms, as
+      in densenet, send every conv input back to NCHW and forth)."""
     import numpy as np
     import tvm
     from tvm import relax

@@ -251,8 +251,7 @@ def _checked_array(spec, value):
 
 class _Staging(threading.local):
     """Each thread's 64-byte aligned copies of the inputs, kept from call to call: a fresh buffer for each call
-    cost resnet50 0.2 ms of page faults for its 600 KB input (23.44 ms a call instead of 23.25), more than the
-    copy itself."""
+    costs page faults, more than the copy itself (docs/decisions/call-overhead.md)."""
 
     def __init__(self):
         self.buffers = {}
@@ -273,8 +272,8 @@ class _Staging(threading.local):
 
 def _to_device(array, dev, staging=None):
     """`array` as a TVM tensor on `dev`: on the CPU, copied into `staging` (a _Staging buffer) and handed over
-    through DLPack, about 5x faster per call than tvm.runtime.tensor (which a small model's latency noticed);
-    without one (a GPU, or a dtype DLPack lacks), a copy by tvm.runtime.tensor."""
+    through DLPack, much cheaper per call than tvm.runtime.tensor, which a small model's latency notices
+    (docs/decisions/call-overhead.md); without one (a GPU, or a dtype DLPack lacks), a copy by tvm.runtime.tensor."""
     import tvm
     import tvm_ffi
 

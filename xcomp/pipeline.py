@@ -38,9 +38,9 @@ def _lowering_passes(spec, cuda_graph=False):
 def _shape_funcs_noalias():
     """Mark the shape functions the VM lowering adds for symbolic dims (one parameter: the shape heap) as
     `tirx.noalias`. TVM 0.27's LLVM codegen, given one function without that attribute, dropped noalias and the
-    per-buffer alias tags from every kernel of the module (measured): LLVM then stored a matmul's register
-    accumulators back to memory after every FMA, and a symbolic model ran its matmuls 2-2.5x slower than alone.
-    A function with a single pointer parameter has nothing it could alias."""
+    per-buffer alias tags from every kernel of the module: LLVM then stored a matmul's register accumulators
+    back to memory after every FMA (docs/decisions/symbolic-shapes.md). A function with a single pointer
+    parameter has nothing it could alias."""
     import tvm
 
     @tvm.transform.module_pass(opt_level=0, name="xcomp.ShapeFuncsNoAlias")

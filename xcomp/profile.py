@@ -34,8 +34,8 @@ def roofline_ms(flops: float, nbytes: float, spec) -> float:
 def in_model_times(module, runs: int = 10) -> dict:
     """{group name: [ms per call, ...]} timed inside whole runs of the model (a VM instrument around every call).
     Unlike a group timed alone, each call finds its inputs where the previous group left them and its weights
-    wherever the rest of the model evicted them to: on resnet50 the large-weight convs take up to 1.6x their
-    time alone. Each time includes the instrument's own overhead, a few microseconds."""
+    wherever the rest of the model evicted them to, so large-weight convs take longer than alone
+    (docs/decisions/in-model-step.md). Each time includes the instrument's own overhead, a few microseconds."""
     return interleaved_in_model_times([module], runs)[0]
 
 

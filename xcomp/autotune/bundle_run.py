@@ -114,9 +114,7 @@ def producer_written(args, evict_private_bytes: int = 0) -> str:
     by its own thread, as a producer group splitting its outer loop would have.
     Inside a model a group finds its input in the caches of the cores that wrote it: a conv whose channel tiles
     each read the whole input on one core pulls half of it from the other core. TVM's flush alone leaves the input
-    wherever the previous timed run read it, which hid that: resnet50's 1x1 256 -> 128 conv on 56x56 (3.2 MB of
-    input) with 2 channel tiles ran 0.67 ms timed so and 0.99 in the model, with row tiles 0.67 and 0.66; with
-    the input written so (LocalRunner) 1.05 and 0.68."""
+    wherever the previous timed run read it, which hides that (docs/decisions/tuning-timing.md)."""
     import tvm
 
     data = args[0]

@@ -1,14 +1,8 @@
 """The tuner's last step: choose among each group's fastest configs by their time inside the model.
 
 The search times a group alone (measure.py), its weights where the timing leaves them. Inside the model they
-come from memory, after the rest of the model ran, and configs that tie alone do not tie there: on resnet50
-(light_resnet50, 2 AVX-512 cores) its 256-channel 14x14 Winograd group ran 0.361 ms inside the model with its
-fastest config alone and 0.336 with its second (x5 in the model). A first version of this step, which timed
-each build in blocks of runs and took the lowest median, changed 23 of 29 groups and took the model run back to
-back from 23.17 to 23.01 ms; run each time right after onnxruntime (as `xcomp bench` interleaved them then), which
-evicts what the model leaves in the caches, from 23.83 to 23.78, within noise. As it is now it changed 10 of 29
-groups of a 20-minute tuning database, and the model ran 20.34 ms against 20.35 beside onnxruntime: it picks
-fairly, but a gain under those conditions is not shown.
+come from memory, after the rest of the model ran, and configs that tie alone do not tie there. The measurements
+behind this step, and what it gains, are in docs/decisions/in-model-step.md.
 
 So after the search the model is compiled once per rank, the i-th build giving every group its i-th fastest
 config, and the builds run in turns, one run each at a time (rounds x runs), each group's calls timed inside
@@ -114,9 +108,7 @@ def choose(by_round: dict, fastest_alone: str) -> str:
     """The group's config inside the model, from {canonical knobs: [[ms per call] per round]}: of the configs
     faster than its fastest alone in every round, the one with the lowest median, else that fastest alone. A
     round times every build within seconds, so a drift of the machine's speed shifts the configs alike in it;
-    a config that wins only overall may have won on the drift. (Picking the lowest median, one tuning run took
-    for a resnet50 1x1 conv a config 4% faster overall, from the two rounds of four in which the fastest alone
-    ran slow (0.292 and 0.324 ms against its 0.275 in the others); in those others the two tied within 0.2%.)"""
+    a config that wins only overall may have won on the drift (docs/decisions/in-model-step.md)."""
     reference = [np.median(calls) for calls in by_round[fastest_alone]]
     winners = {knobs: float(np.median(np.concatenate(rounds))) for knobs, rounds in by_round.items()
                if knobs != fastest_alone and all(rounds)

@@ -105,10 +105,8 @@ def weights_stay_cached(tasks, spec) -> bool:
     """Do the model's weights stay in the last-level cache from one inference to the next? What its groups read
     besides their data inputs (every buffer of a group but its first and last: the weights, and residual inputs)
     times their counts, against the spec's last-level cache. Then a group inside the model finds its weights
-    there, not in memory. On this host (260 MB L3; resnet50 reads 166 MB so) 6 configs each of 8 stage-3/4
-    groups ran inside the model a median 6% slower than timed with only the private caches evicted before each
-    run, and 10% faster than with everything flushed to memory; each group's fastest config by the first timing
-    was 0.21 ms slower inside the model in all than its fastest there, by the second 0.32, timed warm 0.42."""
+    there, not in memory, and timing it with only the private caches evicted ranks configs closest to how they
+    run in the model (docs/decisions/tuning-timing.md)."""
     from xcomp.autotune.measure import func_params
 
     last_level = spec.cache_bytes[2]
@@ -298,9 +296,8 @@ class Tuner:
     def _compare_with_default(self, task, default: str, best: str, rounds: int = PAIRED_ROUNDS):
         """Set the summary's "default -> tuned" from `rounds` measurements of the two side by side, the median
         of each. Their records keep the slower of two runs, which is right for choosing (a lucky run cannot
-        pick a config) but not for reporting: a default whose second run hit one of this host's occasional
-        1.5-2.4x jumps kept it, and the summary claimed that as the speedup (resnet50's max_pool2d: 0.144 ->
-        0.059 ms, "2.42x"; side by side both configs take 0.061). Not stored: the database keeps its rule."""
+        pick a config) but not for reporting: one slow run of the default would pass for a speedup
+        (docs/decisions/tuning-timing.md). Not stored: the database keeps its rule."""
         builds = self.builder.build(task.func_json, self.backend.target_string,
                                     [json.loads(knobs) for knobs in dict.fromkeys((default, best))])
         times = {knobs: [] for knobs in (default, best)}  # one list when the best is the default
