@@ -118,7 +118,7 @@ class GPUBackend(Backend):
         no_cse = tvm.transform.PassContext(
             opt_level=current.opt_level, required_pass=list(current.required_pass),
             disabled_pass=list(current.disabled_pass), instruments=list(current.instruments),
-            config={**current.config, "tirx.disable_cse_tir": True},
+            config={**current.config, "tirx.disable_cse_tir": True, "tirx.use_async_copy": True},
         )
         with no_cse:
             return super().compile(mod, tir_pipeline=_gpu_tir_pipeline(), **kwargs)

@@ -5,7 +5,7 @@ Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] 
 GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, compiled by xcomp.compile for the
 visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
 arrays, timed with CUDA events. Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's default
-config and at the best of --trials random ones. Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
+config, with 2-4 cp.async pipeline stages, and the best of --trials random ones, each checked in the model. Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
 with seeded random weights, exported to ONNX (opset 17, the legacy exporter); xcomp runs them with and without its
 CUDA graphs (cuda_graph=True), torch in eager mode, through torch.compile and through torch.compile(mode=
 "reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on two inputs before it is timed;
@@ -139,8 +139,10 @@ def run_gemm(m, n, k, dtype, out_dir, dry_run):
 
 
 def run_knob_sweep(m, n, k, dtype, trials, dry_run):
-    """The matrix-core template's default config against the best of `trials` random ones (benchmarks/gemm.py's
-    search), timed as the group alone: how much a tuned config would gain, and which tile shapes win."""
+    """The matrix-core template's default config, the same with 2-4 pipeline stages (cp.async), and the best of
+    `trials` random configs (benchmarks/gemm.py's search, timing the group alone). Each named config is then
+    built into the whole one-GEMM model and checked against torch before its time counts: a fast wrong config
+    must not look like a gain."""
     from gemm import search
 
     from xcomp.backends import get_backend
@@ -153,16 +155,40 @@ def run_knob_sweep(m, n, k, dtype, trials, dry_run):
     _, groups = partition(load_onnx(gemm_model(m, n, k, dtype)).mod, backend.spec, [])
     (group,) = [g for g in groups if g.kind == "matmul"]
     template = get_template(group.func, backend.spec)
+    default = template.default_knobs()
+    named = {"default": default, **{f"stages_{n_}": {**default, "stages": n_} for n_ in (2, 3, 4)}}
+    named = {name: knobs for name, knobs in named.items() if template.valid(knobs)}
     row = {"m": m, "n": n, "k": k, "dtype": dtype, "template": type(template).__name__,
-           "default_knobs": template.default_knobs(), "trials": trials}
+           "default_knobs": default, "trials": trials}
     if dry_run:
-        for knobs in [template.default_knobs()] + list(template.enumerate())[:trials]:
+        for knobs in list(named.values()) + list(template.enumerate())[:trials]:
             backend.compile(template.schedule(knobs).with_attr("global_symbol", "main"))
         return row
-    flop = 2.0 * m * n * k
-    default_ms = float(np.median(time_func(template.schedule(None), backend, repeat=5, min_repeat_ms=50)))
-    best, best_ms = search(template, backend, trials, seed=SEED)
-    return {**row, "default_tflops": flop / default_ms / 1e9, "best_knobs": best, "best_tflops": flop / best_ms / 1e9}
+    best, _ = search(template, backend, trials, seed=SEED)
+    named["best_random"] = best
+    row["configs"] = {}
+    for name, knobs in named.items():
+        ms = float(np.median(time_func(template.schedule(knobs), backend, repeat=5, min_repeat_ms=50)))
+        entry = {"knobs": knobs, "tflops": 2.0 * m * n * k / ms / 1e9}
+        entry["max_rel_error"] = _whole_model_error(m, n, k, dtype, {group.key: knobs})
+        if entry["max_rel_error"] > 1e-2:
+            entry["error"] = "wrong result"
+            entry["tflops"] = None
+        row["configs"][name] = entry
+    return row
+
+
+def _whole_model_error(m, n, k, dtype, group_knobs) -> float:
+    """The one-GEMM model built with `group_knobs`, against torch.matmul on seeded inputs."""
+    import torch
+
+    from xcomp.pipeline import compile_model
+
+    module = compile_model(gemm_model(m, n, k, dtype), "cuda", progress=False, group_knobs=group_knobs)
+    rng = np.random.default_rng(SEED)
+    x, w = (rng.standard_normal(shape, dtype=np.float32).astype(dtype) for shape in ((m, k), (k, n)))
+    reference = torch.matmul(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()).float().cpu().numpy()
+    return relative_error(module(x, w), reference)
 
 
 def build_torch_model(name, dtype):

@@ -13,20 +13,20 @@ import zlib
 
 import numpy as np
 
-# 2: categorical knobs hashed with crc32 (v1 used Python's hash(), salted per process: a saved model saw other
-# values for `order` or `pad` than it was trained on)
-# 3: each knob name has its own slot (v2 packed a template's knobs in name order, so a knob added to a template
-# moved every knob after it into a slot a trained model had learned for another one)
+# Bumped whenever the encoding changes, so a model trained on another encoding is not loaded. 3: categorical knobs
+# hashed with crc32 (stable across processes), each knob name in its own slot (docs/decisions/costmodel-features.md)
 FEATURES_VERSION = 3
 PER_STORE = 164
 # Every knob of every template, each with a slot of its own. A new knob takes a free slot at the end, so a trained
 # model keeps reading the knobs it knows where it learned them (tests check every template's knobs are here).
-# "prefetch" is retired (the CPU templates decide it from the hardware now); its slot stays taken, so older
-# databases' records still featurize and no new knob reads a meaning the shipped model learned for it.
+# "prefetch" is retired (the CPU templates decide it from the hardware: docs/decisions/software-prefetch.md); its
+# slot stays taken, so older databases' records still featurize and no new knob reads a meaning the shipped model
+# learned for it.
 KNOB_NAMES = (
     "block_x", "block_y", "ci_chunk", "co_block", "frags_m", "frags_n", "k_frags", "micro_k", "micro_x",
     "micro_y", "mr", "nr", "oh_block", "order", "ow_block", "pack_b", "pad", "parallel", "pixel_block", "unroll",
     "unroll_k", "unroll_kw", "vector", "vectorize", "warps_m", "warps_n", "tile_block", "prefetch",
+    "stages",
 )
 KNOB_SLOTS = 32
 _KNOB_SLOT = {name: slot for slot, name in enumerate(KNOB_NAMES)}
@@ -67,7 +67,7 @@ def hardware_vector(spec) -> np.ndarray:
 
 
 class FeatureExtractor:
-    """Holds the MetaSchedule extractor (its first use costs ~10 s; later ones ~1 ms)."""
+    """Holds the MetaSchedule extractor: its first use is slow, later ones cheap (docs/decisions/one-time-costs.md)."""
 
     def __init__(self, spec, target):
         from tvm.s_tir import meta_schedule as ms

@@ -227,6 +227,29 @@ def test_cuda_fp16_matmul_uses_tensor_cores(arch, tmp_path):
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stages, tmp_path):
+    """With pipeline stages, the next K tiles go global -> shared through cp.async while the current one runs its
+    ldmatrix + mma: the main loop waits on all but the stages-1 newest copy groups. ptxas -v reports no spills."""
+    import shutil
+    import subprocess
+
+    from xcomp.schedules import gpu
+
+    backend = _cuda_backend("sm_90")
+    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], backend.spec)
+    knobs = {**template.default_knobs(), "stages": stages}
+    ptx = emit(backend, "matmul_f16", tmp_path, knobs)["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and f"cp.async.wait_group {stages - 1};" in ptx
+    assert "ldmatrix.sync.aligned" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if os.path.exists(ptxas):
+        (tmp_path / "k.ptx").write_text(ptx)
+        report = subprocess.run([ptxas, "-v", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", os.devnull],
+                                capture_output=True, text=True).stderr
+        assert "0 bytes spill stores, 0 bytes spill loads" in report and "spill stores" in report, report
+
+
 # -- ROCm: AMDGPU assembly and the HSA code object --------------------------------------------------------------------
 
 
@@ -324,7 +347,9 @@ def test_matrix_core_knobs_respect_the_spec(target):
         block_m, block_n, block_k = (knobs["warps_m"] * knobs["frags_m"] * 16, knobs["warps_n"] * knobs["frags_n"] * 16,
                                      knobs["k_frags"] * 16)
         assert knobs["warps_m"] * knobs["warps_n"] * spec.simd_width <= spec.max_threads_per_block
-        assert (block_m + block_n) * (block_k + 8) * 2 + block_m * block_n * 4 <= spec.shared_mem_per_block
+        stages = knobs["stages"]
+        assert stages == 1 or "cp.async" in spec.features  # pipelined copies only where they are asynchronous
+        assert stages * (block_m + block_n) * (block_k + 8) * 2 + block_m * block_n * 4 <= spec.shared_mem_per_block
 
 
 def test_float32_matmuls_keep_the_simt_template():

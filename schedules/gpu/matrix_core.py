@@ -165,11 +165,13 @@ class MatrixCoreTemplate(Template):
 
     def knob_space(self) -> dict[str, list]:
         return {"warps_m": [1, 2, 4], "warps_n": [1, 2, 4], "frags_m": [1, 2, 4], "frags_n": [1, 2, 4],
-                "k_frags": [1, 2, 4], "vector": [4, 8] if any(self.contiguous) else [1]}
+                "k_frags": [1, 2, 4], "vector": [4, 8] if any(self.contiguous) else [1],
+                # shared-memory tiles in flight: more than one only where copies can run asynchronously
+                "stages": [1, 2, 3, 4] if "cp.async" in self.spec.features else [1]}
 
     def default_knobs(self) -> Knobs:
         return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
-                "vector": 8 if any(self.contiguous) else 1}
+                "vector": 8 if any(self.contiguous) else 1, "stages": 1}
 
     def fallback_schedule(self):
         """dlight's SIMT schedule: slower, but a GEMM this template cannot tile still builds (the pipeline
@@ -186,7 +188,7 @@ class MatrixCoreTemplate(Template):
         bm, bn, bk = self._block_tile(knobs)
         threads = knobs["warps_m"] * knobs["warps_n"] * self.intrinsics.lanes
         # operand stages (rows padded by 8 elements against bank conflicts) and the float32 accumulator tile
-        shared = (bm + bn) * (bk + 8) * self.operand_bytes + bm * bn * 4
+        shared = knobs.get("stages", 1) * (bm + bn) * (bk + 8) * self.operand_bytes + bm * bn * 4
         # one 16-byte (or narrower) load per lane must not exceed what the vector registers take
         return (threads <= self.spec.max_threads_per_block and shared <= self.spec.shared_mem_per_block
                 and knobs["vector"] * self.operand_bytes <= self.spec.vector_bytes)
@@ -239,6 +241,11 @@ class MatrixCoreTemplate(Template):
         sch.reverse_compute_at(accumulator, warps)
         sch.reverse_compute_at(write_back, warps)
         init = sch.decompose_reduction(tile, k_stage)
+        stages = knobs.get("stages", 1)
+        if stages > 1:  # the next stages' tiles load (cp.async where the spec has it) while this one computes
+            sch.annotate(k_stage, "software_pipeline_stage", [0, 0, stages - 1])
+            sch.annotate(k_stage, "software_pipeline_order", [0, 1, 2])
+            sch.annotate(k_stage, "software_pipeline_async_stages", [0])
 
         def fragment_loops(blk, rows, cols):
             r, c = sch.get_loops(blk)[-2:]
