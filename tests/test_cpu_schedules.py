@@ -130,8 +130,10 @@ def dense_model(x_shape, n, relu=True):
         ((3, 32), 10, "nn"),  # N too narrow to pack: TVM's legalization, a scalar tile
         ((24, 32), 64, "packed"),  # GEMM
         ((2, 20, 32), 96, "packed"),  # GEMM with a batch dim, a partial last row tile
+        ((1, 64), 67, "packed"),  # GEMV, no vector divides N: the weight padded to whole vectors, cropped
+        ((2, 9, 32), 1001, "packed"),  # GEMM with an odd N, as a classifier's or a vocabulary's
     ],
-    ids=["gemv", "gemv_narrow_pack", "scalar_tile", "gemm", "gemm_batched"],
+    ids=["gemv", "gemv_narrow_pack", "scalar_tile", "gemm", "gemm_batched", "gemv_odd_n", "gemm_odd_n"],
 )
 def test_dense_matmul(x_shape, n, layout, backend):
     from xcomp.schedules.cpu.matmul import MatmulTemplate
@@ -142,6 +144,21 @@ def test_dense_matmul(x_shape, n, layout, backend):
     template = MatmulTemplate(group.func, backend.spec)
     assert template.layout == layout
     check_configs(group.func, template, backend)
+
+
+@pytest.mark.parametrize("n", [1001, 64])
+def test_symbolic_rows_with_any_n(n, backend):
+    """A symbolic M (a sequence) with an N no vector divides: rows and columns padded, then cropped in one stage
+    that the template folds into its write-back, as fast per FLOP as a whole number of vectors."""
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    model = dense_model(("S", 32), n)
+    module = xcomp.compile(model)
+    for rows in (1, 7):
+        assert_matches_ort(module, model, _inputs(x=(rows, 32)), rtol=RTOL, atol=ATOL)
+    (group,) = _groups(module, "matmul")
+    assert MatmulTemplate(group.func, backend.spec).layout == "packed"
+    assert module.info["schedules"][group.key]["source"] == "default"
 
 
 def test_batch_matmul_nn_and_nt(backend):

@@ -64,9 +64,12 @@ def pack_conv_weight(weight: np.ndarray, block: int) -> np.ndarray:
 
 
 def pack_matmul_weight(weight: np.ndarray, block: int) -> np.ndarray:
-    """[K, N] -> [N/block, K, block]: each column panel one contiguous stream."""
+    """[K, N] -> [ceil(N/block), K, block]: each column panel one contiguous stream; columns past N are zero."""
     k, n = weight.shape
-    return np.ascontiguousarray(weight.reshape(k, n // block, block).transpose(1, 0, 2))
+    padded = -(-n // block) * block
+    if padded != n:
+        weight = np.pad(weight, ((0, 0), (0, padded - n)))
+    return np.ascontiguousarray(weight.reshape(k, padded // block, block).transpose(1, 0, 2))
 
 
 def _out_size(padded: int, kernel: int, stride: int, dilation: int) -> int:
@@ -179,10 +182,11 @@ def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
     return te.compute((n, channels, oh, ow), body, name="depthwise_conv2d_nchw")
 
 
-def packed_matmul(a, packed):
-    """[..., M, K] x [N/V, K, V] -> [..., M, N]."""
+def packed_matmul(a, packed, columns=None):
+    """[..., M, K] x [ceil(N/V), K, V] -> [..., M, N], N = `columns` (default: every packed column). A weight
+    zero-padded to whole vectors is computed whole and cropped, so the template tiles full vectors only."""
     nblocks, k, lanes = (int(d) for d in packed.shape)
-    return _matmul_compute(a, nblocks * lanes, k, lambda j, r: packed[j // lanes, r, j % lanes])
+    return _matmul_compute(a, nblocks * lanes, k, lambda j, r: packed[j // lanes, r, j % lanes], columns)
 
 
 def row_padded_matmul(a, weight):
@@ -192,12 +196,14 @@ def row_padded_matmul(a, weight):
     return _matmul_compute(a, n, k, lambda j, r: weight[r, j])
 
 
-def _matmul_compute(a, n: int, k: int, weight_at):
-    """A matmul with the weight element for (column j, reduction r) at `weight_at(j, r)`.
+def _matmul_compute(a, n: int, k: int, weight_at, columns=None):
+    """A matmul over `n` columns with the weight element for (column j, reduction r) at `weight_at(j, r)`,
+    cropped to its first `columns` (default: all).
 
     A symbolic M (a batch kept symbolic) is computed over M rounded up to SYMBOLIC_ROW_BLOCK rows, the extra rows
     repeating row M - 1, and cropped: every register tile of up to that many rows is then whole, so the matmul
-    template can tile rows with no predicate (which would keep its accumulators out of registers)."""
+    template can tile rows with no predicate (which would keep its accumulators out of registers). Rows and
+    columns are cropped in one stage, which the template folds into its write-back."""
     from tvm import te, tirx
 
     r = te.reduce_axis((0, k), "k")
@@ -210,11 +216,15 @@ def _matmul_compute(a, n: int, k: int, weight_at):
             i = tirx.min(i, rows - 1)
         return te.sum(a[(*outer, i, r)] * weight_at(j, r), axis=r)
 
+    columns = n if columns is None else columns
     if not symbolic:
-        return te.compute((*batch, rows, n), body, name="matmul")
+        full = te.compute((*batch, rows, n), body, name="matmul")
+        if columns == n:
+            return full
+        return te.compute((*batch, rows, columns), lambda *idx: full[idx], name="matmul_cols")
     block = SYMBOLIC_ROW_BLOCK
     padded = te.compute((*batch, (rows + block - 1) // block * block, n), body, name="matmul")
-    return te.compute((*batch, rows, n), lambda *idx: padded[idx], name="matmul_rows")
+    return te.compute((*batch, rows, columns), lambda *idx: padded[idx], name="matmul_rows")
 
 
 def _winograd(bb, call, geometry):
@@ -290,13 +300,16 @@ def _matmul(lanes):
         weight = constant_f32(call.args[1])
         a_type = call.args[0].ty
         usable = weight is not None and weight.ndim == 2 and str(a_type.dtype) == "float32" and a_type.ndim >= 2
-        block = _pack_lanes(weight.shape[1], lanes) if usable else 0
+        columns = weight.shape[1] if usable else 0
+        block = _pack_lanes(columns, lanes) if usable else 0
+        if not block and columns >= lanes:  # no vector divides N (50257, 1001): pad the weight to whole ones
+            block = lanes
         if not block and usable and not hasattr(a_type.shape[-2], "value"):
             return bb.call_te(row_padded_matmul, call.args[0], call.args[1], primfunc_name_hint="matmul")
         if not block:
             return tvm_legalization("relax.matmul")(bb, call)
         packed = relax.const(pack_matmul_weight(weight, block))
-        return bb.call_te(packed_matmul, call.args[0], packed, primfunc_name_hint="matmul")
+        return bb.call_te(packed_matmul, call.args[0], packed, columns=columns, primfunc_name_hint="matmul")
 
     return legalize
 
