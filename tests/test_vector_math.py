@@ -101,3 +101,23 @@ def test_other_dtypes_keep_tvm_lowering():
     module = xcomp.compile(model)
     x = np.random.default_rng(1).normal(0, 3, (4, 37))
     assert_matches_ort(module, model, {"x": x})
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 2.5])
+def test_small_integer_powers_are_multiplications(exponent, tmp_path):
+    """GPT-2's GELU cubes its input: x ** 3 as two multiplications, vectorized, where TVM calls powf per element;
+    other exponents keep TVM's pow."""
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("Pow", ["x", "e"], ["p"]), helper.make_node("Add", ["p", "x"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 37])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 37])],
+                       [numpy_helper.from_array(np.array(exponent, np.float32), "e")])
+    module = xcomp.compile(model)
+    x = np.random.default_rng(0).normal(0, 3, (4, 37)).astype(np.float32)
+    if exponent != int(exponent):
+        x = np.abs(x)  # a fractional power of a negative number is NaN
+    assert_matches_ort(module, model, {"x": x})
+    with open(next(p for p in module.emit_sources(tmp_path) if p.endswith(".s"))) as f:
+        calls_pow = "powf" in f.read()
+    assert calls_pow == (exponent == 2.5)
