@@ -85,3 +85,18 @@ def tiny_module():
 
     model = tiny_mlp(batch=2)
     return xcomp.compile(model), model
+
+
+def with_metadata(saved, out, edit) -> str:
+    """A copy at `out` of the saved module `saved`, its metadata changed in place by `edit(meta)`."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(out, "w") as dst:
+        meta = json.loads(src.read("metadata.json"))
+        library = src.read(meta["library"])
+        edit(meta)
+        dst.writestr("metadata.json", json.dumps(meta))
+        dst.writestr(meta.get("library", "lib.so"), library)
+    return str(out)
+

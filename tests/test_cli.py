@@ -73,16 +73,10 @@ def test_user_errors_are_one_line_exit_1(tmp_path):
 
 def test_run_of_a_corrupt_xc_is_one_line_exit_1(tiny_module, tmp_path):
     """A module file whose metadata lacks its target: an ArtifactError naming the file, not an internal error."""
-    import zipfile
+    from conftest import with_metadata
 
     module, _ = tiny_module
-    saved = module.save(tmp_path / "mlp.xc")
-    corrupt = tmp_path / "corrupt.xc"
-    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(corrupt, "w") as dst:
-        meta = json.loads(src.read("metadata.json"))
-        del meta["target"]
-        dst.writestr("metadata.json", json.dumps(meta))
-        dst.writestr(meta["library"], src.read(meta["library"]))
+    corrupt = with_metadata(module.save(tmp_path / "mlp.xc"), tmp_path / "corrupt.xc", lambda meta: meta.pop("target"))
     r = xcomp_cli("run", str(corrupt), "-q")
     assert r.returncode == 1, r.stderr
     assert r.stderr.strip().splitlines() == [f"xcomp run: error: {corrupt}: corrupt module: its metadata has no "

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import xcomp
-from conftest import ort_run, tiny_mlp
+from conftest import ort_run, tiny_mlp, with_metadata
 
 
 def test_signature_and_call_styles(tiny_module):
@@ -60,12 +60,7 @@ def test_load_rejects_other_files(tmp_path):
 def test_load_says_when_built_for_other_hardware(tiny_module, tmp_path):
     module, _ = tiny_module
     path = module.save(tmp_path / "mlp.xc")
-    forged = tmp_path / "forged.xc"
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(forged, "w") as dst:
-        meta = json.loads(src.read("metadata.json"))
-        meta["target"] = "cpu:aarch64-linux-gnu"
-        dst.writestr("metadata.json", json.dumps(meta))
-        dst.writestr(meta["library"], src.read(meta["library"]))
+    forged = with_metadata(path, tmp_path / "forged.xc", lambda meta: meta.update(target="cpu:aarch64-linux-gnu"))
     with pytest.raises(xcomp.ArtifactError, match="built for cpu:aarch64-linux-gnu"):
         xcomp.load(forged)
 
