@@ -167,8 +167,10 @@ def _worth_parallel(sch, loops, cores: int, symbolic: int) -> bool:
 
 
 def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True) -> None:
-    """Parallel over the outer spatial loops. When the innermost spatial loop splits into vectors (a pool: a
-    window reduction per output column), the reduction loops move outside it so it can be vectorized."""
+    """Parallel over the outer spatial loops. A reduction along its input's contiguous axis (softmax, layer norm,
+    a mean over the last axis) sums each row in vector lanes (_vector_partial_sums). Otherwise, when the
+    innermost spatial loop splits into vectors (a pool: a window reduction per output column), the reduction
+    loops move outside it so it can be vectorized."""
     loops = sch.get_loops(info.rv)
     if len(loops) != len(info.iter_kinds):  # not the one-loop-per-iter-var nest this expects
         return
@@ -177,6 +179,12 @@ def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True)
     # the widest vector, down to a quarter of the spec's, that the innermost spatial loop splits into (a head
     # of 8 values under attention's P V is half a 16-lane vector)
     widths = [w for w in (lanes, lanes // 2, lanes // 4) if w >= 4] if lanes else []
+    if spatial and _reduces_contiguous_axis(info):
+        # at least two vectors a row: partial sums over one vector would only copy it
+        width = next((w for w in widths if _splits_into_vectors(sch, reduce[-1], 2 * w)), 0)
+        if width:
+            _vector_partial_sums(sch, info, len(spatial), reduce[-1], width, cores if parallel else 1)
+            return
     lanes = next((w for w in widths if spatial and _splits_into_vectors(sch, spatial[-1], w)), 0)
     vectorize = bool(lanes)
     # a symbolic innermost spatial loop (attention's key positions) stays out of the parallel fusion, whose
@@ -191,6 +199,28 @@ def schedule_reduction(sch, info, lanes: int, cores: int, parallel: bool = True)
         parallelize(sch, outer, cores)
     if vectorize:  # the init must get its own (vectorized) loop; decompose last (see TVM notes)
         sch.decompose_reduction(info.rv, reduce[0])
+
+
+def _reduces_contiguous_axis(info) -> bool:
+    """The innermost loop reduces along the innermost axis of a buffer it reads: vector lanes belong along that
+    axis, where vectors across rows would gather one element per row."""
+    if not info.iter_kinds or info.iter_kinds[-1] != REDUCE:
+        return False
+    var = info.block.iter_vars[-1].var
+    return any(read.region[-1].min.same_as(var) for read in info.block.reads)
+
+
+def _vector_partial_sums(sch, info, spatial_count: int, innermost, width: int, cores: int) -> None:
+    """Each row reduced as `width` partial sums in one vector (rfactor over the innermost loop's lanes), then the
+    lanes summed, the rows in parallel."""
+    _, lane = sch.split(innermost, [None, width])
+    partial = sch.rfactor(lane, factor_axis=len(info.write_buffer().shape))  # the lanes as the last axis
+    sch.compute_at(partial, sch.get_loops(info.rv)[spatial_count - 1])
+    lanes_loop, *rest = sch.get_loops(partial)[spatial_count:]  # rfactor puts the lane loop first
+    sch.reorder(*rest, lanes_loop)
+    sch.vectorize(lanes_loop)
+    parallelize(sch, sch.get_loops(info.rv)[:spatial_count], cores)
+    sch.decompose_reduction(partial, rest[0])
 
 
 def generic_schedule(sch, spec, knobs: Knobs, skip=()) -> None:
