@@ -92,7 +92,7 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
     features = tuple(f for f in _INTERESTING if f in feats)
 
     # AVX-512 parts that LLVM marks prefer-256-bit still run 512-bit FMAs at full rate on every server core we
-    # measured (a 3x3 conv group: 1.32 ms at 16 lanes vs 2.08 ms at 8); the target turns the preference off.
+    # measured (docs/decisions/avx512-width.md); the target turns the preference off.
     if "avx512f" in feats:
         lanes, registers = 16, 32
     elif "avx2" in feats or "avx" in feats:

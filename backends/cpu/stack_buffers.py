@@ -2,10 +2,10 @@
 
 TVM's LowerTVMBuiltin gives every CPU buffer of 1 KiB or more a TVMBackendAllocWorkspace / FreeWorkspace pair
 where it is allocated: for a register tile that is once per iteration of the parallel loop. A conv's accumulator
-tile (28 AVX-512 vectors, 1.8 KiB) thus cost two calls into the runtime's workspace pool, a linear search and a
-thread-local lookup for every tile of every conv, ~10,000 per resnet50 inference: 1.2% of all samples in
-`perf`, and 25.4 -> 24.4 ms for the whole model once they moved to the stack (onnxruntime: 29.8 ms). Buffers
-marked `disable_lower_builtin` stay LLVM allocas in the function's entry block, free to allocate.
+tile (28 AVX-512 vectors, 1.8 KiB) thus costs two calls into the runtime's workspace pool, a linear search and a
+thread-local lookup for every tile of every conv, ~10,000 per resnet50 inference, a visible share of the model's
+time (docs/decisions/stack-buffers.md). Buffers marked `disable_lower_builtin` stay LLVM allocas in the
+function's entry block, free to allocate.
 """
 
 from __future__ import annotations

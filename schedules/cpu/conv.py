@@ -26,9 +26,9 @@ from .common import (LOAD_PORTS, CpuTemplate, divisors, fuse_parallel, inline_in
 
 def accumulator_budget(spec) -> tuple:
     """(default, most) accumulator vectors in a pixel-vector tile, and the default of a channel-vector tile on
-    NCHW data. Default: half the vector registers (measured with 32 registers, channel-major: 14-vector tiles ran
-    1.5-2x faster than 28-vector ones, which spilled); the tuner may try up to all registers but two (a weight
-    vector and a broadcast input). Channel-vector tiles are bounded by registers_fit instead."""
+    NCHW data. Default: half the vector registers, since tiles near the full register file spilled
+    (docs/decisions/conv-register-tiles.md); the tuner may try up to all registers but two (a weight vector and a
+    broadcast input). Channel-vector tiles are bounded by registers_fit instead."""
     registers = vector_registers(spec)
     return registers // 2, registers - 2
 
@@ -37,8 +37,8 @@ def registers_fit(spec, co_block: int, pixels: int, spare: int = 0) -> bool:
     """A channel-vector tile's live vectors fit the register file with `spare` registers left: its
     accumulators, the co_block weight vectors every pixel reuses and one input broadcast (the tile runs
     pixel-major, see apply). With one channel vector nothing separates the pixels' broadcasts, and LLVM hoists
-    them all ahead of the FMAs: every pixel then holds two registers (16 registers, a 3x3 conv on 40 columns:
-    1 x 10 pixels ran at 63 GFLOP/s, 1 x 8 at 112, 2 x 5 at 153)."""
+    them all ahead of the FMAs: every pixel then holds two registers, and a tile that ignores it spills
+    (docs/decisions/conv-register-tiles.md)."""
     live = 2 * pixels + 1 if co_block == 1 else co_block * pixels + co_block + 1
     return live + spare <= vector_registers(spec)
 
@@ -48,10 +48,8 @@ def ci_chunk(spec, lanes: int, co_block: int, ci_blocks: int, taps: int) -> int:
     reloads its weights for every pixel tile; when they take more than a quarter of the L2 they compete with the
     input rows for it and come from further out. In passes whose weights take at most half the L1, each pass's
     weights serve every pixel tile of the row from L1, and the partial sums wait in the output tile between
-    passes. vgg19's 512-channel 28x28 3x3 conv (147 KB of weights per channel vector): in one pass 27 ms with
-    1 x 7 pixels and 25 ms with 2 x 4, in passes of 2-8 vectors 21-22.5 ms with 2 x 4 or 2 x 2 x 2 tiles; the
-    model's groups 271 -> 240 ms. Smaller weights (37-74 KB: resnet50, inception, densenet) gained nothing
-    measurable on this noisy host."""
+    passes. That paid for vgg19's 512-channel convs; smaller weights (resnet50, inception, densenet) gained
+    nothing measurable (docs/decisions/conv-register-tiles.md)."""
     l1 = spec.cache_bytes[0] or 32 * 1024
     l2 = spec.cache_bytes[1] or 256 * 1024
     per_vector = co_block * taps * lanes * lanes * 4
@@ -68,17 +66,13 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
 
     The weights of one channel tile are re-read for every column tile: keep them in half the L2. Each channel
     tile re-reads the whole input, so wider tiles save input traffic, which in a model (inputs not already in
-    cache) costs more than L1 misses on weights: an L1 bound (at most 1 vector for most resnet50 convs) ran
-    resnet50 in 38.2 ms, this one in 33.3 ms.
-    On blocked data the tile may fill the register file (vgg19 on 16 lanes / 32 registers: 2 x 14 tiles of its
-    56x56 convs ran 11% faster than 4 x 4, the model 7.6%; resnet50 3.6%); convs reading NCHW (stems, grouped
-    convs) ran 10-80% slower with such tiles and keep half of it.
+    cache) costs more than L1 misses on weights.
+    On blocked data the tile may fill the register file; convs reading NCHW (stems, grouped convs) ran slower
+    with such tiles and keep half of it.
     On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
-    14 FMAs ran a 256-channel 14x14 3x3 conv in 3.14 ms, 2 x 2 x 2 in 1.74), so tiles are ranked by the FMA
-    rate the core can sustain first (to a tenth: the model is rough), then single rows (in session 9, 2 x 4
-    pixels ran a 512-channel 28x28 conv in 60 ms, 1 x 7 in 33; now 25 and 27 ms in one pass, see ci_chunk),
-    then most FMAs, then fewest loads per FMA. A default leaves one register spare: tiles filling all 16
-    spilled (1 x 14: 47 ms there)."""
+    14 FMAs), so tiles are ranked by the FMA rate the core can sustain first (to a tenth: the model is rough),
+    then single rows (contiguous input reads), then most FMAs, then fewest loads per FMA. A default leaves one
+    register spare: tiles filling all 16 spilled. Measurements: docs/decisions/conv-register-tiles.md."""
     l2 = spec.cache_bytes[1] or 256 * 1024
     tile_bytes = reduce_volume * lanes * 4
     ci_blocks = reduce_volume // taps // lanes if blocked_input and taps else 0
@@ -102,9 +96,8 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
 
 def channel_tile_rate(spec, co_block: int, pixels: int, weight_bytes: int) -> float:
     """tile_fma_rate of a channel-vector tile whose weights (over the whole reduction) take `weight_bytes`.
-    Weights beyond the L1 stream from L2, which feeds about one vector per cycle, not LOAD_PORTS: a 1008-channel
-    1x1 conv over 512 channels on 13 columns took 2.3-3.0 ms with 7 channel vectors x 1 pixel (7 weight loads per
-    7 FMAs, 112 KB of weights), 1.2-1.4 ms with 2 x 5."""
+    Weights beyond the L1 stream from L2, which feeds about one vector per cycle, not LOAD_PORTS: a tile of many
+    channel vectors and few pixels waits on them (docs/decisions/conv-register-tiles.md)."""
     l1 = spec.cache_bytes[0] or 32 * 1024
     loads = co_block + pixels
     if weight_bytes > l1:
@@ -121,8 +114,7 @@ def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     """Output columns to compute a packed conv over (legalize.blocked_conv2d crops the extra ones): tiles must
     divide the row, and rows of 13 or 27 columns leave only narrow or load-bound ones. The width whose best
     tile does the most useful FMAs per cycle (its rate x the share of columns that are real), when that beats
-    the row's own width by MIN_PADDING_GAIN. A 128-channel 13x13 3x3 conv: 1 x 13 pixels 0.79 ms, padded to 14
-    with 4 x 2 0.43 ms; squeezenet's groups went from 10.8 to 6.7 ms."""
+    the row's own width by MIN_PADDING_GAIN (docs/decisions/conv-register-tiles.md)."""
     def useful_rate(w):
         return channel_tile(spec, lanes, co_blocks, rows, w, reduce_volume, blocked_input)[0] * width / w
 
@@ -192,8 +184,7 @@ class ConvTemplate(CpuTemplate):
         """Does a config prefetch its next channel tile's weights (prefetch.py)? Where it pays on this hardware
         (prefetch.pays: few pixels per weight) and the config walks channel tiles of several rows each, which
         it needs to prefetch in. Not a knob: cold timing with the weights in the L3 does not see what it saves
-        inside a model, where part of them come from memory (resnet50's stride-2 512-channel 3x3 conv, timed
-        so 0.81 ms with and without, flushed to memory 1.04 -> 0.94 ms, inside the model 1.03 without)."""
+        inside a model, where part of them come from memory (docs/decisions/software-prefetch.md)."""
         return (not self.depthwise and self.prefetch_pays and knobs["order"] == "co_outer"
                 and self.out_h // knobs.get("oh_block", 1) >= 2)
 
@@ -281,7 +272,7 @@ class ConvTemplate(CpuTemplate):
             blocked_input, self.taps)[1]
         if blocked_input:
             knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"], self.ci_blocks, self.taps)
-        # a channel tile's weights stay in cache across all its rows (oh_outer measured slower on every resnet50 conv)
+        # a channel tile's weights stay in cache across all its rows (docs/decisions/conv-register-tiles.md)
         knobs["order"] = "co_outer"
         if self.depthwise:
             knobs.update(vectorize="channels", vector=self._vector_choices()[0], pixel_block=1)
@@ -290,11 +281,10 @@ class ConvTemplate(CpuTemplate):
         return knobs
 
     def _default_columns(self):
-        """Depthwise over rows that hold a whole SIMD vector, at stride 1: pixel vectors along the rows beat
-        channel vectors (1x128x56x56 3x3: 0.13 vs 0.18 ms; 1x136x28x28: 0.036 vs 0.057 ms; on 14-wide rows and
-        at stride 2 channel vectors won). The vector: a power of two of at least half the SIMD width when one
-        divides the row (8 of 16 lanes beat 14 on 56 columns), else the widest; then the most accumulators
-        within the default budget, the most of them along the row."""
+        """Depthwise over rows that hold a whole SIMD vector, at stride 1: there pixel vectors along the rows beat
+        channel vectors, which win on shorter rows and at stride 2 (docs/decisions/conv-pixel-vectors.md). The
+        vector: a power of two of at least half the SIMD width when one divides the row, else the widest; then
+        the most accumulators within the default budget, the most of them along the row."""
         space = self.knob_space()
         budget = accumulator_budget(self.spec)[0]
         even = [v for v in space["vector"] if v & (v - 1) == 0 and 2 * v >= self.spec.simd_width]
@@ -353,8 +343,8 @@ class ConvTemplate(CpuTemplate):
             outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
             tile = owo
             # pixel-major inside the tile: each input broadcast feeds co_block FMAs at once and dies, so the live
-            # registers are the accumulators, co_block weight vectors and one broadcast (channel-major kept every
-            # pixel's broadcast live across the channel loop and spilled 28-accumulator tiles)
+            # registers are the accumulators, co_block weight vectors and one broadcast (channel-major would keep
+            # every pixel's broadcast live across the channel loop: docs/decisions/conv-register-tiles.md)
             sch.reorder(*outer, *passes, owo, *reduction, ohi, owi, cob, cov)
             for loop in (cob, ohi, owi):
                 sch.unroll(loop)
@@ -408,8 +398,8 @@ class ConvTemplate(CpuTemplate):
                 parallelize(sch, loops[:3], self.spec.cores)
             elif loop_extent(sch, sch.get_loops(stage)[-1]) % self.spec.simd_width:
                 # a padded NCHW row (226 columns of a 224 image): one vector loop per row, LLVM finishes the
-                # remainder. schedule_spatial would fuse it into one parallel loop of single elements: the copy
-                # took 0.29 ms of a 3-channel 224x224 3x3 conv's 0.43 (inline padding: 0.14)
+                # remainder. schedule_spatial would fuse it into one parallel loop of single elements, each with a
+                # div/mod and a bounds check (docs/decisions/conv-padding-copy.md)
                 *rows, columns = sch.get_loops(stage)
                 sch.vectorize(columns)
                 parallelize(sch, rows, self.spec.cores)

@@ -17,8 +17,8 @@ from .vector_math import legalize_map as vector_math_map
 from .vector_math import tvm_legalization
 
 # Rows a symbolic-M matmul is padded to a multiple of (see _matmul_compute): the row tiles it allows are its
-# divisors. The padding is wasted work at small M (3 rows at M = 1); tiles of 4 rows reuse each weight vector 4x.
-# On the symbolic MLP of benchmarks/dynamic_shapes.py, 2 and 8 were slower than 4 at batch 8 and 32.
+# divisors. The padding is wasted work at small M (3 rows at M = 1); tiles of 4 rows reuse each weight vector 4x
+# (docs/decisions/symbolic-shapes.md).
 SYMBOLIC_ROW_BLOCK = 4
 
 
@@ -48,10 +48,7 @@ def _grouped_minimum(lanes: int, kernel: tuple, out_pixels: int) -> int:
     """Narrowest channel vector worth packing a grouped conv's weights for; narrower groups run unpacked, on
     pixel vectors with the weights broadcast. Half the SIMD width in general, and the full width for a 1x1 conv
     on a map of at least lanes x lanes pixels, whose pixel rows make whole vectors with room for a register
-    tile. Measured: shufflenet's 1x1 convs of 68 channels per group (4-lane channel vectors on 8 lanes) took
-    0.16 ms on 14x14 maps packed and 0.07 ms on pixel vectors, while packed won on 7x7 (0.032 vs 0.057 ms);
-    on 16 lanes pixel vectors made the model 16% faster and 8-lane vectors still won on its 7x7 maps. Packed
-    4-lane vectors also won for 3x3 convs of 4 channels per group on 56x56 (1.55 vs 1.77 ms)."""
+    tile. Narrower packed vectors still win on small maps and for 3x3 kernels (docs/decisions/conv-pixel-vectors.md)."""
     if tuple(kernel) == (1, 1) and out_pixels >= lanes * lanes:
         return lanes
     return max(4, lanes // 2)

@@ -7,15 +7,14 @@ inference ago, so that first row stalls on the stream while the other rows leave
 7x7 stage streams 4-9 MB of weights per conv). So from the tile's second row on, each core prefetches into its
 L2 the weights of the tile it runs next, a few cache lines per step of a reduction loop, spread evenly over the
 rest of the tile. The Winograd GEMM is alike with passes over a slab of tiles for rows, except that every pass
-may prefetch: its first finds the slab in the L2 when the slab before it prefetched it (sampled inside
-resnet50, its first pass over a 14x14 image's slab ran 2.5x as long as the second without). Weights of one
-channel tile are contiguous in both packed layouts ([O/V, ...], [a, a, K/V, C, V]), so the next tile's are the
-`tile_elems` after this one's.
+may prefetch: its first finds the slab in the L2 when the slab before it prefetched it, and otherwise waits on
+the stream (docs/decisions/software-prefetch.md). Weights of one channel tile are contiguous in both packed
+layouts ([O/V, ...], [a, a, K/V, C, V]), so the next tile's are the `tile_elems` after this one's.
 
 The template marks two loops while scheduling (`mark`): the loop over (channel tile, row) pairs and the reduction
 loop to prefetch from, whose annotation carries the plan. `insert` turns the marks into prefetch instructions
 on the scheduled PrimFunc and removes them. The reduction loop must not be the innermost one: a prefetch among
-the FMAs keeps LLVM from holding the accumulators in registers (they went to memory after every FMA).
+the FMAs keeps LLVM from holding the accumulators in registers (it stores them after every FMA).
 """
 
 from __future__ import annotations
@@ -36,15 +35,8 @@ def pays(spec, uses: int) -> bool:
     """Is a prefetch worth its instructions: does streaming weights from memory take at least STREAM_SHARE of the
     time of the arithmetic they feed, each weight serving `uses` FMAs? Inside a model the weights come from
     memory (they were last used an inference ago), and the tile that streams its own waits on them; with many
-    uses per weight that wait is a small part of the tile and the prefetches cost more than they hide.
-
-    Measured inside resnet50 on this Emerald Rapids host (spec 294 GFLOP/s, 20 GB/s: pays up to 470 uses):
-    prefetching its 14x14 convs and 56x56 Winograd GEMM (196 pixels or tiles) too took the model from 23.91 to
-    23.63 ms (each run right after an onnxruntime run, 60 rounds); also prefetching the 28x28 ones (784 pixels)
-    and the 56x56 ones (3136) changed nothing more. On the earlier AVX2 host (77 GFLOP/s: up to 123
-    uses) its 7x7 convs gained 5-8% (512-channel 3x3 1.22 -> 1.15 ms, with cold caches) and its 14x14 and 28x28
-    Winograd GEMMs (16 and 52 tiles) 0.43 -> 0.37 and 0.33 -> 0.31 ms in the model, while its 14x14 direct convs
-    (1x1 1024 -> 256 0.74 -> 0.77 ms) and 56x56 Winograd GEMM (0.33 -> 0.36) lost."""
+    uses per weight that wait is a small part of the tile and the prefetches cost more than they hide. The
+    threshold comes from resnet50 measured on an AVX2 and an AVX-512 host (docs/decisions/software-prefetch.md)."""
     peak, bandwidth = spec.peak(), spec.mem_bandwidth
     if not peak or not bandwidth:
         return False

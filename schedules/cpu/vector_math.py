@@ -1,8 +1,8 @@
 """exp, erf, tanh and sigmoid on float32 as polynomial expressions that vectorize.
 
 LLVM has no vector form of libm's expf/erff/tanhf for these targets: a vectorized loop calling them makes one
-scalar libm call per lane (softmax, GELU, sigmoid and tanh epilogues ran 16 `callq expf` per vector). Written
-out as arithmetic (min/max, floor, FMAs, a bit shift, selects) they stay in vector registers.
+scalar libm call per lane (docs/decisions/vector-math.md). Written out as arithmetic (min/max, floor, FMAs, a bit
+shift, selects) they stay in vector registers.
 
 Accuracy, float32 against float64 references (tests/test_vector_math.py checks it over dense ranges):
 - exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes' expf coefficients): within 2e-7 relative;

@@ -12,13 +12,10 @@ The transforms are sums of constant multiples of loads, written out per (eps, nu
 (select on the index; the template unrolls those loops, so each select folds to its branch). The matrices come
 from TVM's Cook-Toom construction with its low-error interpolation points.
 
-Measured on an AVX2 EPYC (2 cores), alone, against the direct conv template's tuned time: 256-channel 14x14
-0.65 vs 1.29 ms, 128-channel 28x28 0.67 vs 1.23, 64-channel 56x56 0.68 vs 1.30; 512-channel 7x7 lost (2.0 vs
-1.8 ms: four tiles per image cannot repay a transformed weight four times the size of the direct one). On an
-AVX-512 Emerald Rapids (2 cores), whole one-conv models (layout transforms included), default configs: 0.56 vs
-0.77 ms, 0.45 vs 0.86, 0.66 vs 1.10; 7x7 lost again, 1.01 vs 0.79 (onnxruntime: 0.71, 0.72, 0.73, 0.81-0.84).
-F(2x2) there wins alone (tuned, weights in the L3: 0.58 ms against the direct conv's 0.72) but not inside
-resnet50, where its 16.8 MB transformed weight (the direct one: 9.4 MB) streams from memory: 0.92 ms a call.
+It pays on 14x14 to 56x56 images with enough channels (MIN_CHANNEL_VECTORS). 7x7 images stay direct: four
+tiles per image cannot repay a transformed weight four times the size of the direct one, and F(2x2), faster
+there alone, loses inside a model, where its larger weight streams from memory. Measurements on an AVX2 and an
+AVX-512 host: docs/decisions/winograd.md.
 """
 
 from __future__ import annotations
@@ -33,14 +30,13 @@ from . import prefetch
 from .common import (MATERIALIZE, CpuTemplate, divisors, fuse_parallel, inline_injective, loop_extent, parallelize,
                      tile_fma_rate, vector_registers)
 
-# Output tile edge. F(4x4, 3x3) beat F(2x2) and F(6x6) on every resnet50 shape here (256-channel 14x14: m = 2
-# 1.23 ms, 4 0.65, 6 1.40): m = 2 saves too few multiplies, m = 6 pads 14 columns to 18.
+# Output tile edge: F(4x4, 3x3), since m = 2 saves too few multiplies and m = 6 pads 14 columns to 18
+# (docs/decisions/winograd.md).
 TILE = 4
 # Smallest output image side worth it: a 7x7 image is 2 x 2 tiles of which 30% is padding (see module doc).
 MIN_SIDE = 8
-# Fewest input and output channel vectors worth it: with fewer the transforms cost more than the GEMM saves.
-# Whole layers (with their layout transforms), default configs, Winograd vs direct time: 8 channels 56x56 0.87,
-# 16 1.08, 32 1.70; 32 channels 28x28 0.94, 64 channels 14x14 0.95, 128 channels 8x8 1.82.
+# Fewest input and output channel vectors worth it: with fewer the transforms cost more than the GEMM saves
+# (docs/decisions/winograd.md).
 MIN_CHANNEL_VECTORS = 4
 # Tiles per image are padded to a multiple of this, so register tiles of up to this many tiles divide them.
 TILE_ROUND = 4
@@ -186,9 +182,8 @@ class WinogradTemplate(CpuTemplate):
         return live <= vector_registers(self.spec)
 
     def default_knobs(self):
-        """The register tile with the best FMA rate (tile_fma_rate), then the fewest accumulators: 2 tiles x 4
-        vectors ran the 256-channel 14x14 GEMM in 0.49 ms, 4 x 2 in 0.76 (its loads were the same; LLVM's
-        schedule of the wider broadcast set was not)."""
+        """The register tile with the best FMA rate (tile_fma_rate), then the most channel vectors and fewest
+        tiles: at equal loads LLVM schedules a wider broadcast set worse (docs/decisions/winograd.md)."""
         space = self.knob_space()
         tiles = [{"tile_block": t, "co_block": c} for t in space["tile_block"] for c in space["co_block"]]
         return max((k for k in tiles if self.valid(k)),
@@ -253,9 +248,8 @@ class WinogradTemplate(CpuTemplate):
         """Run the (batch, eps, nu, channel tile, tile pass) loops as one parallel loop and mark it and the
         input-channel loop for prefetch.insert: every pass of a channel tile prefetches its share of the next
         one's weights (an [input channels x co_block vectors] slab, contiguous in [a, a, K/V, C, V]). Each weight
-        serves only the image's few tiles, so without it the first pass over a slab waits on the weights' stream:
-        inside resnet50 its 14x14 GEMM's first pass took 2.5x as long as the second, which finds the slab in L1;
-        the group ran in 0.43 ms without, 0.37 with."""
+        serves only the image's few tiles, so without it the first pass over a slab waits on the weights' stream,
+        while the later ones find the slab in cache (docs/decisions/software-prefetch.md)."""
         weight = next(r.source for r in sch.get(gemm).reads if len(r.source.shape) == 5)  # [a, a, K/V, C, V]
         channels = int(weight.shape[3])
         tiles = self.tile_positions * self.kblocks // co_block
