@@ -13,6 +13,8 @@ import zlib
 
 import numpy as np
 
+from xcomp.schedules.analysis import KINDS  # the group kinds, one-hot in this order
+
 # Bumped whenever the encoding changes, so a model trained on another encoding is not loaded. 3: categorical knobs
 # hashed with crc32 (stable across processes), each knob name in its own slot (docs/decisions/costmodel-features.md)
 FEATURES_VERSION = 3
@@ -30,7 +32,6 @@ KNOB_NAMES = (
 )
 KNOB_SLOTS = 32
 _KNOB_SLOT = {name: slot for slot, name in enumerate(KNOB_NAMES)}
-KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
 LENGTH = 2 * PER_STORE + KNOB_SLOTS + len(KINDS) + 6
 
 
