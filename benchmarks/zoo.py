@@ -16,11 +16,12 @@ temporary folder (opset 17 with the TorchScript exporter; --dynamo: torch's defa
 own opset), static shapes, one input and one output.
 
 Each model is then measured by `xcomp bench MODEL --baseline onnxruntime --json` in its own subprocess: it compiles
-the model for this CPU (the compile seconds), runs xcomp and onnxruntime on the same seeded random inputs, and
-times both in alternating blocks (xcomp.bench.alternating_blocks, --repeat steady runs each); the table shows
-their medians and xcomp / onnxruntime (< 1: xcomp is faster). A model matches when the largest absolute difference
-of the outputs, over the largest absolute value of onnxruntime's output, is at most 1e-3; a model that fails to
-export, compile or match gets its row with the reason and the others still run.
+the model for this CPU (the compile seconds), runs xcomp and onnxruntime on the same seeded random inputs
+(Module.random_inputs: standard-normal images and features, token ids 0-3), and times both in alternating blocks
+(xcomp.bench.alternating_blocks, --repeat steady runs each); the table shows their medians and xcomp / onnxruntime
+(< 1: xcomp is faster). A model matches when the largest absolute difference of the outputs, over the largest
+absolute value of onnxruntime's output, is at most 1e-3; a model that fails to export, compile or match gets its row
+with the reason and the others still run.
 """
 
 from __future__ import annotations
