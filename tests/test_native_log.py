@@ -17,6 +17,11 @@ with tvm_log_to_logging():
     if "crash" in sys.argv:
         os.write(2, b"LLVM ERROR: out of registers\\n")
         os._exit(3)
+    if "handler" in sys.argv:  # as TVM's meta_schedule logging does on its first import, inside a compile
+        late = logging.StreamHandler()
+if "handler" in sys.argv:
+    late.handleError = lambda record: sys.exit("the handler's stream was closed")
+    late.emit(logging.LogRecord("x", logging.WARNING, "f", 1, "made in the capture, still writes", None, None))
 """
 
 
@@ -45,3 +50,10 @@ def test_output_before_a_native_crash_is_not_lost():
     r = _run("crash")
     assert r.returncode == 3
     assert "a native library's own line" in r.stderr and "LLVM ERROR: out of registers" in r.stderr
+
+
+def test_a_handler_made_during_a_capture_still_writes_after_it():
+    r = _run("handler")
+    assert r.returncode == 0, r.stderr
+    assert "made in the capture, still writes" in r.stderr
+

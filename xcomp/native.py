@@ -76,15 +76,12 @@ def tvm_log_to_logging(logger=None):
     _active = True
     try:
         if _fileno(python_stderr) == 2:  # Python's own writes (progress bars, logging) skip the relay
-            sys.stderr = io.TextIOWrapper(io.FileIO(os.dup(saved), "w"), encoding=python_stderr.encoding,
-                                          errors=python_stderr.errors, line_buffering=True, write_through=True)
+            sys.stderr = _direct_stderr(saved, python_stderr)
         yield
     finally:
         _active = False
         gc.collect(1)  # cycles of TVM objects made during the call warn when freed; young ones only, to stay cheap
-        if sys.stderr is not python_stderr:
-            swapped, sys.stderr = sys.stderr, python_stderr
-            swapped.close()
+        sys.stderr = python_stderr
         os.dup2(saved, 2)  # the relay sees the end of its input once child processes holding fd 2 are gone too
         os.close(saved)
         try:
@@ -95,6 +92,21 @@ def tvm_log_to_logging(logger=None):
         captured = lines.read().decode("utf-8", "replace").splitlines()
         lines.close()
         _log_tvm_lines(captured, logger or logging.getLogger("xcomp.tvm"))
+
+
+_direct = None  # (file identity, a text stream on a copy of that file's fd): see _direct_stderr
+
+
+def _direct_stderr(saved: int, like):
+    """A text stream writing to the real stderr (fd `saved`) past the relay. One per stderr file for the process,
+    never closed: a logging handler created during a capture (TVM's, on first import) keeps the stream it saw."""
+    global _direct
+    identity = (os.fstat(saved).st_dev, os.fstat(saved).st_ino)
+    if _direct is None or _direct[0] != identity:
+        stream = io.TextIOWrapper(io.FileIO(os.dup(saved), "w"), encoding=like.encoding, errors=like.errors,
+                                  line_buffering=True, write_through=True)
+        _direct = (identity, stream)
+    return _direct[1]
 
 
 def _start_relay():
