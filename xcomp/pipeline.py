@@ -122,8 +122,10 @@ def build_executable(mod, backend, cuda_graph=False):
     if problem:
         raise TargetError(f"cannot build for {backend.target_string} here: {problem}")
     try:
-        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": cuda_graph}):
-            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, cuda_graph))
+        if not cuda_graph:
+            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec))
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, cuda_graph=True))
     except XcompError:
         raise
     except Exception as err:

@@ -20,6 +20,18 @@ def _host_triple() -> str:
     return f"{arch}-unknown-linux-gnu" if "linux" in triple else triple
 
 
+def cpu_model_name() -> str | None:
+    """The CPU's marketing name from /proc/cpuinfo ('Intel(R) Xeon(R) Platinum 8580'), or None where it has none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def _cpu_mhz() -> float:
     try:
         with open("/proc/cpuinfo") as f:

@@ -113,13 +113,9 @@ def cache_path() -> str:
 def machine_key(spec) -> str:
     """What the roofs depend on: the CPU model, the cores this process may use and the vector width the kernels
     use ('Intel(R) Xeon(R) Platinum 8580, 2 cores, 16 fp32 lanes')."""
-    model = spec.arch
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}, {spec.cores} cores, {spec.simd_width} fp32 lanes"
+    from .detect import cpu_model_name
+
+    return f"{cpu_model_name() or spec.arch}, {spec.cores} cores, {spec.simd_width} fp32 lanes"
 
 
 def _best_seen(spec, measured: dict) -> tuple:

@@ -10,14 +10,9 @@ import sys
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from xcomp.backends.cpu.detect import cpu_model_name
+
+    return cpu_model_name() or platform.processor() or platform.machine()
 
 
 def _memory_bytes() -> int | None:
