@@ -102,3 +102,9 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     graph = _graph()
     assert "xcomp.pipeline" in graph["xcomp.api"]  # it reads the imports inside functions too
+
+
+
+def test_the_timing_module_needs_nothing_of_xcomp():
+    """A measurement bundle carries it to a machine without xcomp."""
+    assert _graph()["xcomp.timing"] == set()

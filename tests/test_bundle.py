@@ -45,7 +45,7 @@ def test_cpu_round_trips_import_and_resume(tmp_path):
     first = xcomp.tune(model, db=db, trials=8, runner=runner)
     assert runner.imported is None and runner.pending == 1  # round 1: the defaults, the numerics references
     assert first["trials"] == 0 and all(g["waiting"] for g in first["groups"])
-    assert sorted(os.listdir(folder)) == ["libs", "manifest.json", "run.py"]
+    assert sorted(os.listdir(folder)) == ["libs", "manifest.json", "run.py", "timing.py"]
     with TuningDB(db) as d:
         assert d.count() == 0
 

@@ -13,6 +13,8 @@ import time
 import pytest
 
 from xcomp.db import Record, TuningDB
+from xcomp.errors import UserError
+from xcomp.timing import Timing
 
 
 def rec(i, median=None, error=None, key="conv-abc", fp="fp1"):
@@ -86,8 +88,6 @@ def test_sigkilled_writer_loses_no_committed_row(tmp_path):
 def test_not_a_database(tmp_path):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"definitely not sqlite" * 100)
-    from xcomp.errors import UserError
-
     with pytest.raises(UserError, match="not a usable SQLite database"):
         TuningDB(bad)
 
@@ -128,6 +128,63 @@ def test_a_schema_1_database_is_upgraded_keeping_every_record(tmp_path):
         assert db.count() == 3 and db.count(timing="unrecorded") == 2
 
 
+SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '2');
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY, workload_key TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL,
+    hw_fingerprint TEXT NOT NULL, knobs TEXT NOT NULL, features_version INTEGER NOT NULL,
+    latencies_ms TEXT NOT NULL, median_ms REAL, error TEXT, created REAL NOT NULL, timing TEXT NOT NULL,
+    UNIQUE (workload_key, target, hw_fingerprint, knobs, timing));
+CREATE INDEX records_by_workload ON records (workload_key, target, hw_fingerprint, median_ms);
+"""
+
+
+def _schema_2(path, labels):
+    """A schema-2 database, as the xcomp before short timing ids wrote it: one record per timing label."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_2)
+        for i, label in enumerate(labels):
+            conn.execute("INSERT INTO records VALUES (?, 'k', 'conv', 'cpu', 'fp', '{\"tile\":1}', 3, '[1.0]', 1.0,"
+                         " NULL, ?, ?)", (i + 1, 100.0 + i, label))
+
+
+def test_a_schema_2_database_gets_short_timing_ids_keeping_every_record(tmp_path):
+    """The sentences schema 2 stored as timings become the short ids, each record kept, and searches by the
+    new ids find them."""
+    labels = ["cold weights, producer-written input", "weights in the last-level cache, producer-written input",
+              "cold weights, flushed input", "in the model", "warm", "unrecorded"]
+    _schema_2(tmp_path / "v2.sqlite", labels)
+    with TuningDB(tmp_path / "v2.sqlite") as db:
+        assert [r.timing for r in db.records()] == ["cold", "llc", "flushed", "in-model", "warm", "unrecorded"]
+        assert db.best("k", "cpu", "fp", timing=Timing.LLC) == ({"tile": 1}, 1.0)
+        assert db.latest_timing("k", "cpu", "fp", in_model=False) == Timing.UNRECORDED
+
+
+def test_a_database_with_a_timing_this_xcomp_does_not_know_is_refused_unchanged(tmp_path):
+    import sqlite3
+
+    _schema_2(tmp_path / "v2.sqlite", ["timed by a sundial"])
+    with pytest.raises(UserError, match="sundial"):
+        TuningDB(tmp_path / "v2.sqlite")
+    with sqlite3.connect(tmp_path / "v2.sqlite") as conn:  # the failed upgrade rolled back
+        assert conn.execute("SELECT value FROM meta").fetchone() == ("2",)
+        assert conn.execute("SELECT timing FROM records").fetchall() == [("timed by a sundial",)]
+
+
+def test_jsonl_lines_with_an_older_timing_label_import_as_its_short_id(tmp_path):
+    line = {**rec(0).to_json(), "timing": "weights in the last-level cache, producer-written input"}
+    (tmp_path / "old.jsonl").write_text(json.dumps(line) + "\n")
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        assert db.import_jsonl(tmp_path / "old.jsonl") == (1, 0)
+        assert [r.timing for r in db.records()] == ["llc"]
+    (tmp_path / "odd.jsonl").write_text(json.dumps({**line, "timing": "by ear"}) + "\n")
+    with TuningDB(tmp_path / "t.sqlite") as db, pytest.raises(UserError, match="odd.jsonl:1: .*by ear"):
+        db.import_jsonl(tmp_path / "odd.jsonl")
+
+
 def test_jsonl_lines_without_a_timing_are_unrecorded(tmp_path):
     """A line exported before records said how they were timed imports as such, beside the same candidate
     timed now; an export says each record's timing."""
@@ -145,19 +202,17 @@ def test_in_model_records_replace_their_group_s_earlier_ones_and_are_no_search_t
     """A group's configs timed inside the model replace the ones timed so before (they compare only with
     times taken in the same runs), leave its search records and other groups' alone, are the group's newest
     timing for choosing, and not a search timing to learn from."""
-    from xcomp.db import IN_MODEL_TIMING
-
     def timed_in_model(i, median, key="conv-abc"):
-        return dataclasses.replace(rec(i, median, key=key), timing=IN_MODEL_TIMING)
+        return dataclasses.replace(rec(i, median, key=key), timing=Timing.IN_MODEL)
 
     with TuningDB(tmp_path / "t.sqlite") as db:
         db.add_batch([dataclasses.replace(rec(i, float(i + 1)), timing="cold") for i in range(4)])
         db.replace_in_model("cpu", "fp1", {"conv-other": [timed_in_model(0, 1.0, key="conv-other")],
                                            "conv-abc": [timed_in_model(0, 3.0), timed_in_model(1, 2.5)]})
         db.replace_in_model("cpu", "fp1", {"conv-abc": [timed_in_model(0, 2.0), timed_in_model(2, 2.2)]})
-        in_model = {r.knobs["tile"]: r.median_ms for r in db.records("conv-abc", timing=IN_MODEL_TIMING)}
+        in_model = {r.knobs["tile"]: r.median_ms for r in db.records("conv-abc", timing=Timing.IN_MODEL)}
         assert in_model == {0: 2.0, 2: 2.2}
         assert db.count("conv-abc", timing="cold") == 4 and db.count("conv-other") == 1
-        assert db.latest_timing("conv-abc", "cpu", "fp1") == IN_MODEL_TIMING
+        assert db.latest_timing("conv-abc", "cpu", "fp1") == Timing.IN_MODEL
         assert db.latest_timing("conv-abc", "cpu", "fp1", in_model=False) == "cold"
-        assert db.best("conv-abc", "cpu", "fp1", IN_MODEL_TIMING) == ({"tile": 0, "unroll": 0}, 2.0)
+        assert db.best("conv-abc", "cpu", "fp1", Timing.IN_MODEL) == ({"tile": 0, "unroll": 0}, 2.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xcomp.autotune.measure import BuildResult, LocalRunner
+from xcomp.timing import Timing
 
 N = 1024
 
@@ -88,7 +89,7 @@ def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values(evict_priv
     import numpy as np
     import tvm
 
-    from xcomp.autotune.bundle_run import producer_written
+    from xcomp.timing import producer_written
 
     for shape in [(7,), (3, 5, 11), (1, 64, 56, 16)]:
         data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -105,12 +106,10 @@ def test_each_runner_says_how_it_times_what_it_measures(tmp_path):
     from xcomp.autotune.bundle import BundleRunner
     from xcomp.autotune.rpc import RPCRunner
 
-    producer = "cold weights, producer-written input"
-    assert LocalRunner().timing("cpu") == BundleRunner(tmp_path / "b").timing("cpu") == producer
-    llc = "weights in the last-level cache, producer-written input"
-    assert LocalRunner().timing("cpu", 1 << 21) == BundleRunner(tmp_path / "b").timing("cpu", 1 << 21) == llc
-    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu") == "cold weights, flushed input"
-    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu", 1 << 21) == "cold weights, flushed input"
+    assert LocalRunner().timing("cpu") == BundleRunner(tmp_path / "b").timing("cpu") == Timing.COLD
+    assert LocalRunner().timing("cpu", 1 << 21) == BundleRunner(tmp_path / "b").timing("cpu", 1 << 21) == Timing.LLC
+    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu") == Timing.FLUSHED
+    assert RPCRunner("127.0.0.1", 9190, "k").timing("cpu", 1 << 21) == Timing.FLUSHED
     for runner, target in ((LocalRunner(cold_weights=False), "cpu"), (LocalRunner(), "cuda:sm_90"),
                            (RPCRunner("127.0.0.1", 9190, "k", cold_weights=False), "cpu")):
-        assert runner.timing(target) == "warm"
+        assert runner.timing(target) == Timing.WARM

@@ -14,7 +14,8 @@ import pytest
 
 import xcomp
 from conftest import make_model, ort_run, tiny_mlp
-from xcomp.db import IN_MODEL_TIMING, TuningDB
+from xcomp.db import TuningDB
+from xcomp.timing import Timing
 
 
 def test_tune_resume_and_compile_with_db(tmp_path):
@@ -22,13 +23,13 @@ def test_tune_resume_and_compile_with_db(tmp_path):
     db = tmp_path / "tune.sqlite"
     first = xcomp.tune(model, db=db, trials=6, seed=0)
     with TuningDB(db) as d:
-        n1 = d.count() - d.count(timing=IN_MODEL_TIMING)  # the search's records, not the in-model step's
+        n1 = d.count() - d.count(timing=Timing.IN_MODEL)  # the search's records, not the in-model step's
     assert first["trials"] >= 1 and n1 == first["trials"]
     assert all(g["default_ms"] > 0 for g in first["groups"])
 
     second = xcomp.tune(model, db=db, trials=6, seed=0)  # resumes: nothing measured twice
     with TuningDB(db) as d:
-        records = [r for r in d.records() if r.timing != IN_MODEL_TIMING]
+        records = [r for r in d.records() if r.timing != Timing.IN_MODEL]
     keys = [(r.workload_key, json.dumps(r.knobs, sort_keys=True)) for r in records]
     assert len(keys) == len(set(keys)) == n1 + second["trials"]
     assert second["trials"] >= 1
@@ -342,7 +343,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
-    from xcomp.db import IN_MODEL_TIMING, canonical_knobs
+    from xcomp.db import canonical_knobs
 
     model, backend, path = _gemm_model(), get_backend("cpu"), tmp_path / "t.sqlite"
     with TuningDB(path) as db:
@@ -361,7 +362,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
 
         monkeypatch.setattr(profile, "interleaved_in_model_times", reversed_inside)
         result = in_model.refine(model, backend, db, [task], progress=False)
-        assert len(alone) == in_model.TOP and db.count(task.group.key, timing=IN_MODEL_TIMING) == 1  # the pick
+        assert len(alone) == in_model.TOP and db.count(task.group.key, timing=Timing.IN_MODEL) == 1  # the pick
     (row,) = result["groups"]
     assert canonical_knobs(row["fastest_alone"]) == alone[0] and canonical_knobs(row["picked"]) == alone[-1]
     assert in_model.changed(result) == [row] and result["model_picked_ms"] == 1.0
@@ -406,7 +407,7 @@ def test_a_failing_in_model_step_loses_nothing_the_search_measured(tmp_path, mon
     result = xcomp.tune(model, db=db, trials=4, seed=0)
     assert "no memory for a fourth build" in result["in_model"]["error"]
     with TuningDB(db) as d:
-        assert d.count() == result["trials"] and d.count(timing=IN_MODEL_TIMING) == 0
+        assert d.count() == result["trials"] and d.count(timing=Timing.IN_MODEL) == 0
     module = xcomp.compile(model, tune_db=db)
     assert all(c["source"] == "database" for c in module.info["schedules"].values())
 
@@ -533,8 +534,7 @@ def test_weights_that_stay_in_the_last_level_cache_are_timed_there(tmp_path):
         tuner = Tuner(backend, db, seed=0, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False)
         tuner.start(tasks)
     assert tuner.evict_private_bytes == 1 << 20  # the L2 of a core: what a LocalRunner evicts before each run
-    assert LocalRunner().timing("cpu", tuner.evict_private_bytes) == (
-        "weights in the last-level cache, producer-written input")
+    assert LocalRunner().timing("cpu", tuner.evict_private_bytes) == Timing.LLC
 
 
 def _best_knobs(db_path, groups, target, fingerprint) -> dict:

@@ -7,6 +7,7 @@ import time
 import warnings
 
 from xcomp.errors import UserError
+from xcomp.timing import time_calls
 
 # Calls per block: the first follows another runner, the rest are the steady state a serving loop sees.
 BLOCK = 6
@@ -45,9 +46,7 @@ def alternating_blocks(runners: dict, repeat: int, warmup: int, block: int = BLO
 
 
 def _timed_ms(run) -> float:
-    t = time.perf_counter()
-    run()
-    return (time.perf_counter() - t) * 1e3
+    return time_calls(run, repeat=1)[0]
 
 
 # baseline name -> (onnxruntime execution provider, device it runs on)

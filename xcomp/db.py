@@ -16,13 +16,13 @@ import statistics
 import time
 
 from xcomp.errors import UserError
+from xcomp.timing import Timing
 
-SCHEMA_VERSION = 2
-# The timing of records written before records said how they were timed (schema 1, JSONL lines without it).
-UNRECORDED_TIMING = "unrecorded"
-# The timing of a group's few fastest configs timed again inside the whole model (autotune/in_model.py): not a
-# way of searching, a last choice among configs the search measured; the newest of them are a group's pick.
-IN_MODEL_TIMING = "in the model"
+# 2: records say how they were timed (Timing.UNRECORDED for older ones); 3: as the short ids of xcomp.timing.Timing
+SCHEMA_VERSION = 3
+# Records timed Timing.IN_MODEL are a group's few fastest configs timed again inside the whole model
+# (autotune/in_model.py): not a way of searching, a last choice among configs the search measured; the newest of
+# them are a group's pick.
 
 _RECORDS_TABLE = """
 CREATE TABLE IF NOT EXISTS records (
@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS records (
     median_ms REAL,                 -- NULL when the candidate failed
     error TEXT,                     -- NULL on success; build/run/timeout/wrong-result message otherwise
     created REAL NOT NULL,
-    timing TEXT NOT NULL,           -- how the candidate was timed (bundle_run.timing_method): only records
+    timing TEXT NOT NULL,           -- how the candidate was timed (a xcomp.timing.Timing id): only records
                                     -- timed the same way compare
     UNIQUE (workload_key, target, hw_fingerprint, knobs, timing)
 )"""
@@ -76,7 +76,7 @@ class Record:
     error: str | None = None
     features_version: int = 1
     created: float = dataclasses.field(default_factory=time.time)
-    timing: str = UNRECORDED_TIMING
+    timing: str = Timing.UNRECORDED
 
     @property
     def ok(self) -> bool:
@@ -93,8 +93,12 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict) -> "Record":
+        """A record from its JSON; a timing label an older xcomp wrote becomes its short id (ValueError if
+        unknown)."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in fields})
+        record = cls(**{k: v for k, v in d.items() if k in fields})
+        record.timing = Timing.parse(record.timing).value
+        return record
 
 
 class TuningDB:
@@ -112,36 +116,54 @@ class TuningDB:
             self._conn.executescript(_SCHEMA)
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             version = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-            if int(version) == 1:
-                version = self._upgrade_from_1()
+            if int(version) in (1, 2):
+                version = self._upgrade(int(version))
         except sqlite3.DatabaseError as err:
             raise UserError(f"tuning database {self.path}: not a usable SQLite database ({err})") from None
         if int(version) != SCHEMA_VERSION:
             raise UserError(f"tuning database {self.path}: schema {version}, this xcomp reads {SCHEMA_VERSION}")
 
-    def _upgrade_from_1(self) -> int:
-        """Schema 1 -> 2 in one transaction: every record gains the timing UNRECORDED_TIMING (they were timed
-        warm or cold, nobody knows which now), and the same knobs may be recorded once per timing. Returns the
-        schema version now stored."""
+    def _upgrade(self, version: int) -> int:
+        """Bring an older database to SCHEMA_VERSION in one transaction (another process may have upgraded it
+        while this one waited for the lock). Returns the schema version now stored."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            version = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-            if int(version) == 1:  # (another process may have upgraded it while this one waited)
-                old_columns = _COLUMNS.replace(", timing", "")
-                self._conn.execute("ALTER TABLE records RENAME TO records_schema1")
-                self._conn.execute("DROP INDEX records_by_workload")
-                self._conn.execute(_RECORDS_TABLE)  # (not executescript: it would commit first)
-                self._conn.execute(_RECORDS_INDEX)
-                self._conn.execute(f"INSERT INTO records ({_COLUMNS}) SELECT {old_columns}, ?"
-                                   " FROM records_schema1", (UNRECORDED_TIMING,))
-                self._conn.execute("DROP TABLE records_schema1")
+            version = int(self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+            if version == 1:
+                self._add_timing_column()
+            if version in (1, 2):
+                self._short_timing_ids()
                 self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
                 version = SCHEMA_VERSION
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
-        return int(version)
+        return version
+
+    def _add_timing_column(self):
+        """Schema 1 -> 2: every record gains the timing Timing.UNRECORDED (they were timed warm or cold, nobody
+        knows which now), and the same knobs may be recorded once per timing."""
+        old_columns = _COLUMNS.replace(", timing", "")
+        self._conn.execute("ALTER TABLE records RENAME TO records_schema1")
+        self._conn.execute("DROP INDEX records_by_workload")
+        self._conn.execute(_RECORDS_TABLE)  # (not executescript: it would commit first)
+        self._conn.execute(_RECORDS_INDEX)
+        self._conn.execute(f"INSERT INTO records ({_COLUMNS}) SELECT {old_columns}, ?"
+                           " FROM records_schema1", (Timing.UNRECORDED.value,))
+        self._conn.execute("DROP TABLE records_schema1")
+
+    def _short_timing_ids(self):
+        """Schema 2 -> 3: the sentences schema 2 stored as timings become their short ids (one to one, so no
+        two records collide)."""
+        for (label,) in self._conn.execute("SELECT DISTINCT timing FROM records").fetchall():
+            try:
+                short = Timing.parse(label).value
+            except ValueError:
+                raise UserError(f"tuning database {self.path}: records timed {label!r}, a timing this xcomp does not"
+                                " know") from None
+            if short != label:
+                self._conn.execute("UPDATE records SET timing = ? WHERE timing = ?", (short, label))
 
     def close(self):
         self._conn.close()
@@ -193,14 +215,14 @@ class TuningDB:
             raise
 
     def replace_in_model(self, target, hw_fingerprint, records_by_group: dict) -> None:
-        """Store groups' configs timed inside the model (IN_MODEL_TIMING; {workload key: records}) in place of
+        """Store groups' configs timed inside the model (Timing.IN_MODEL; {workload key: records}) in place of
         the ones each group had timed so before, all in one transaction: they were timed beside other configs
         of the other groups, and a pick compares only times taken in the same runs."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             for workload_key, records in records_by_group.items():
                 self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND hw_fingerprint = ?"
-                                   " AND timing = ?", (workload_key, target, hw_fingerprint, IN_MODEL_TIMING))
+                                   " AND timing = ?", (workload_key, target, hw_fingerprint, Timing.IN_MODEL.value))
                 self._conn.executemany("INSERT" + _INSERT, [_row(r) for r in records])
             self._conn.execute("COMMIT")
         except BaseException:
@@ -242,11 +264,11 @@ class TuningDB:
     def latest_timing(self, workload_key, target, hw_fingerprint=None, in_model: bool = True):
         """How the group's newest successful record was timed, or None: the latest tuning run's way of timing,
         the one whose records to trust where older runs timed differently. With in_model=False, the newest
-        search's, leaving out records timed inside the model (IN_MODEL_TIMING: a handful of configs per group,
+        search's, leaving out records timed inside the model (Timing.IN_MODEL: a handful of configs per group,
         nothing to learn a cost model from)."""
         where, args = self._where(workload_key, target, hw_fingerprint, successful=True)
         if not in_model:
-            where, args = where + " AND timing != ?", args + [IN_MODEL_TIMING]
+            where, args = where + " AND timing != ?", args + [Timing.IN_MODEL.value]
         row = self._conn.execute(f"SELECT timing FROM records{where} ORDER BY created DESC, id DESC LIMIT 1",
                                  args).fetchone()
         return row[0] if row else None
@@ -273,6 +295,14 @@ class TuningDB:
                     break
         return best
 
+    def search_records(self, target, hw_fingerprint) -> list:
+        """The records of every group measured on this hardware that its newest search timed as it did: what a
+        cost model learns from (records timed otherwise, or inside the model, rank configs differently)."""
+        records = self.records(target=target, hw_fingerprint=hw_fingerprint)
+        timings = {key: self.latest_timing(key, target, hw_fingerprint, in_model=False)
+                   for key in {r.workload_key for r in records}}
+        return [r for r in records if r.timing == timings[r.workload_key]]
+
     # -- sharing ---------------------------------------------------------------------------------------------
 
     def export_jsonl(self, path) -> int:
@@ -294,7 +324,7 @@ class TuningDB:
                         continue
                     try:
                         records.append(Record.from_json(json.loads(line)))
-                    except (ValueError, TypeError) as err:
+                    except (ValueError, TypeError) as err:  # (an unknown timing label is a ValueError)
                         raise UserError(f"{path}:{lineno}: not a tuning record ({err})") from None
         except OSError as err:
             raise UserError(f"cannot read {path}: {err.strerror}") from None

@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import zipfile
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
 from xcomp.signature import concrete_shape, dim_sizes, is_symbolic
+from xcomp.timing import time_calls
 
 ARTIFACT_FORMAT = 1
 _META = "metadata.json"
@@ -168,16 +168,8 @@ class Module:
         arrays = self._bind((), dict(inputs if inputs is not None else self.random_inputs()))
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         fn = vm["main"]
-        samples = []
         with runtime_checks_as_input_errors():
-            for _ in range(warmup):
-                fn(*args)
-            dev.sync()
-            for _ in range(repeat):
-                t = time.perf_counter()
-                fn(*args)
-                dev.sync()
-                samples.append((time.perf_counter() - t) * 1e3)
+            samples = time_calls(lambda: fn(*args), repeat, warmup, sync=dev.sync)
         return latency_stats(samples)
 
     def emit_sources(self, out_dir) -> list:

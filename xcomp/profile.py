@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from xcomp.progress import bar
 
 from xcomp.errors import UserError
+from xcomp.progress import bar
+from xcomp.timing import Timing, time_in_model, time_kernel
 
 
 def time_func(func, backend, repeat: int, min_repeat_ms: int):
@@ -20,8 +21,7 @@ def time_func(func, backend, repeat: int, min_repeat_ms: int):
     executable = backend.compile(func.with_attr("global_symbol", "main"))
     dev = backend.device()
     args = [tvm.runtime.tensor(a, dev) for a in random_args(func_params(func), 0)]
-    timer = executable.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return [t * 1e3 for t in timer(*args).results]
+    return time_kernel(executable.mod, dev, args, Timing.WARM, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
 
 
 def roofline_ms(flops: float, nbytes: float, spec) -> float:
@@ -40,44 +40,23 @@ def in_model_times(module, runs: int = 10) -> dict:
 
 
 def interleaved_in_model_times(modules, runs: int = 10) -> list:
-    """in_model_times of each module (one dict per module), their runs alternating: run i of every module
-    before run i + 1 of any, so a drift of the machine's speed reaches them alike (modules of one model built
-    with different configs are compared so)."""
-    import time
-
+    """in_model_times of each module (one dict per module), their runs alternating (timing.time_in_model), so a
+    drift of the machine's speed reaches them alike (modules of one model built with different configs are
+    compared so)."""
     import tvm
     from tvm import relax
 
     from xcomp.module import runtime_checks_as_input_errors
 
     machines = []
-    for module in modules:
-        vm = relax.VirtualMachine(module._executable, module.backend.device())
-        inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
-        args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
-        with runtime_checks_as_input_errors():
-            vm["main"](*args)  # warm-up, uninstrumented
-        machines.append((vm, args, {}))
-
-    def instrument_for(times):
-        started = {}
-
-        def instrument(func, name, before, ret, *call_args):  # noqa: ARG001 (TVM's instrument signature)
-            now = time.perf_counter()
-            if before:
-                started[name] = now
-            else:
-                times.setdefault(name, []).append((now - started[name]) * 1e3)
-
-        return instrument
-
-    for vm, _, times in machines:
-        vm.set_instrument(instrument_for(times))
     with runtime_checks_as_input_errors():
-        for _ in range(runs):
-            for vm, args, _ in machines:
-                vm["main"](*args)
-    return [times for _, _, times in machines]
+        for module in modules:
+            vm = relax.VirtualMachine(module._executable, module.backend.device())
+            inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
+            args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
+            vm["main"](*args)  # warm-up, uninstrumented
+            machines.append((vm, args))
+        return time_in_model(machines, runs)
 
 
 def _median(values):

@@ -67,9 +67,10 @@ def _add_kernel(cores: int, lanes: int, n: int):
 
 
 def _best_seconds(backend, prim_func, args) -> float:
+    from xcomp.timing import Timing, time_kernel
+
     executable = backend.compile(prim_func)
-    timer = executable.mod.time_evaluator("main", backend.device(), number=1, repeat=5)
-    return min(timer(*args).results)
+    return min(time_kernel(executable.mod, backend.device(), args, Timing.WARM, number=1, repeat=5)) / 1e3
 
 
 def _measure(backend) -> dict:

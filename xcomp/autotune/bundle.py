@@ -4,7 +4,8 @@ One round trip:
   1. here, `xcomp tune ... --runner bundle --bundle-dir DIR` builds candidates and writes them into DIR: every
      candidate's library (for CUDA: host code plus the kernels' CUDA C, compiled by NVRTC when loaded there), each
      operator group's reference build, argument shapes/dtypes and seeds, timing settings, versions and the target
-     (manifest.json), and the measuring script (run.py, a copy of bundle_run.py: needs only numpy and TVM);
+     (manifest.json), and the measuring script (run.py, a copy of bundle_run.py, and beside it timing.py: they need
+     only numpy and TVM);
   2. there, `python3 DIR/run.py` measures them all and writes DIR/results.json;
   3. here again, the same `xcomp tune` command (or `xcomp db import-results DB DIR`) imports the results into the
      database as ordinary records (failures as failure records), empties DIR, and queues the next batch.
@@ -18,11 +19,13 @@ import shutil
 import time
 import uuid
 
+from xcomp import timing
 from xcomp.autotune import bundle_run
 from xcomp.autotune.measure import MeasurementDeferred, Runner, Workload
 from xcomp.errors import UserError
 
 MANIFEST, RESULTS, SCRIPT, LIBS = "manifest.json", "results.json", "run.py", "libs"
+TIMING_MODULE = "timing.py"  # what run.py imports its timing from
 
 
 class BundleRunner(Runner):
@@ -72,6 +75,7 @@ class BundleRunner(Runner):
         shutil.rmtree(os.path.join(self.folder, LIBS), ignore_errors=True)  # leftovers of an interrupted run
         os.makedirs(os.path.join(self.folder, LIBS))
         shutil.copy(bundle_run.__file__, os.path.join(self.folder, SCRIPT))
+        shutil.copy(timing.__file__, os.path.join(self.folder, TIMING_MODULE))
         self.manifest = {
             "format": bundle_run.FORMAT, "bundle_id": uuid.uuid4().hex, "created": time.time(),
             "xcomp_version": xcomp.__version__, "tvm_version": tvm.__version__, "target": target,
@@ -114,9 +118,9 @@ def _records(manifest, results):
         w = manifest["workloads"][item["workload"]]
         evict = w.get("evict_private_bytes", 0)
         # as run_bundle timed them (a bundle written before cold_weights existed timed warm)
-        timing = bundle_run.timing_method({"device": manifest["device"], **manifest["measure"],
-                                           "evict_private_bytes": evict})
-        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], timing,
+        policy = bundle_run.request_timing({"device": manifest["device"], **manifest["measure"],
+                                            "evict_private_bytes": evict})
+        owner = Workload(w["key"], w["kind"], manifest["target"], w["hw_fingerprint"], w["features_version"], policy,
                          evict)
         records.append(owner.record(item["knobs"], result.get("latencies_ms", []), result.get("error")))
     return records, missing

@@ -1,8 +1,8 @@
 """Check built kernels against a reference build and time them, each in an isolated process.
 
-This one file needs only the standard library, numpy and TVM (no xcomp), so it serves twice: `LocalRunner`
-measures through `IsolatedMeasurer`, and a measurement bundle (bundle.py) carries a copy of it as `run.py` to the
-machine with the GPU, where
+This file and the one it times with (xcomp/timing.py) need only the standard library, numpy and TVM, so it serves
+twice: `LocalRunner` measures through `IsolatedMeasurer`, and a measurement bundle (bundle.py) carries a copy of
+it as `run.py`, with timing.py beside it, to the machine with the GPU, where
 
     python3 BUNDLE/run.py                      (or, where xcomp is installed: python3 -m xcomp.autotune.bundle_run BUNDLE)
 
@@ -21,6 +21,11 @@ import time
 import traceback
 
 import numpy as np
+
+if __package__:
+    from xcomp.timing import Timing, kernel_timing, time_kernel
+else:  # run.py of a bundle, on a machine that may have no xcomp: the bundle carries timing.py beside it
+    from timing import Timing, kernel_timing, time_kernel
 
 FORMAT = 1  # version of manifest.json / results.json
 
@@ -53,25 +58,10 @@ def random_args(params, seed: int):
     return arrays
 
 
-# How a request is timed (timing_method); tuning records store it, and only records timed alike compare.
-WARM = "warm"  # repeat means of `number` back-to-back runs
-# CPU, cold_weights: each run starts with the caches as inside a whole model, where a group's weights were last
-# used an inference ago: every buffer but the first is flushed to memory (a model whose weights do not stay in the
-# last-level cache) or only out of each core's private caches (evict_private_bytes: one whose weights do), and
-# the first (the data input) is written anew the way its producer would have (producer_written)
-COLD_PRODUCER_INPUT = "cold weights, producer-written input"
-LLC_PRODUCER_INPUT = "weights in the last-level cache, producer-written input"
-# through a stock rpc_server, which has TVM's own preprocessors only: everything flushed, the data input too
-COLD_FLUSHED_INPUT = "cold weights, flushed input"
-
-
-def timing_method(request) -> str:
-    """WARM, COLD_PRODUCER_INPUT, LLC_PRODUCER_INPUT or COLD_FLUSHED_INPUT for a request's device and settings."""
-    if not (request.get("cold_weights") and request.get("device") == "cpu"):
-        return WARM
-    if request.get("rpc_session"):
-        return COLD_FLUSHED_INPUT
-    return LLC_PRODUCER_INPUT if request.get("evict_private_bytes") else COLD_PRODUCER_INPUT
+def request_timing(request) -> Timing:
+    """The policy a request is timed under, from its device and settings."""
+    return kernel_timing(request.get("device"), request.get("cold_weights", False), request.get("rpc_session", False),
+                         request.get("evict_private_bytes", 0))
 
 
 def check_and_time(load, dev, reference_outputs, request) -> dict:
@@ -89,92 +79,9 @@ def check_and_time(load, dev, reference_outputs, request) -> dict:
         if not np.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True):
             err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
             return {"error": f"wrong result: max |diff| {err:.3g} vs the default schedule"}
-    timing = timing_method(request)
-    if timing != WARM:  # number x repeat single runs, each timed alone after its preprocessor
-        preproc = ("cache_flush_cpu_non_first_arg" if timing == COLD_FLUSHED_INPUT else
-                   producer_written(args, request.get("evict_private_bytes", 0)))  # (0 unless LLC_PRODUCER_INPUT)
-        timer = lib.time_evaluator("main", dev, number=1, repeat=request["number"] * request["repeat"],
-                                   f_preproc=preproc)
-    else:
-        timer = lib.time_evaluator("main", dev, number=request["number"], repeat=request["repeat"],
-                                   min_repeat_ms=request["min_repeat_ms"])
-    return {"latencies_ms": [t * 1e3 for t in timer(*args).results]}
-
-
-PRODUCER_WRITTEN = "xcomp.producer_written_cold_weights"
-_rewrite_kernels = {}  # (elements, dtype, parts) -> compiled kernel
-_evict_kernels = {}  # (floats per thread, parts) -> (compiled kernel, its junk, its sums)
-
-
-def producer_written(args, evict_private_bytes: int = 0) -> str:
-    """Register (for this measurement) and name a time_evaluator preprocessor that flushes every argument but the
-    data input (args[0]) from the caches, or with evict_private_bytes only out of every core's private caches
-    (each thread reads twice that many bytes of its own through them: what they held goes to the last-level
-    cache), then writes the data input anew in as many contiguous parts as the thread pool has threads, each part
-    by its own thread, as a producer group splitting its outer loop would have.
-    Inside a model a group finds its input in the caches of the cores that wrote it: a conv whose channel tiles
-    each read the whole input on one core pulls half of it from the other core. TVM's flush alone leaves the input
-    wherever the previous timed run read it, which hides that (docs/decisions/tuning-timing.md)."""
-    import tvm
-
-    data = args[0]
-    elements, dtype = int(np.prod(data.shape)), str(data.dtype)
-    parts = max(1, int(tvm.get_global_func("runtime.NumThreads")()))
-    key = (elements, dtype, parts)
-    if key not in _rewrite_kernels:
-        _rewrite_kernels[key] = _rewrite_kernel(elements, dtype, parts)
-    rewrite = _rewrite_kernels[key]
-    flat = data._create_view((elements,), dtype)
-    saved = tvm.runtime.tensor(data.numpy().reshape(-1), data.device)
-    if evict_private_bytes:
-        per_thread = 2 * evict_private_bytes // 4  # float32s: twice the private caches
-        if (per_thread, parts) not in _evict_kernels:
-            _evict_kernels[per_thread, parts] = (
-                _evict_kernel(per_thread, parts), tvm.runtime.tensor(np.zeros((parts, per_thread), np.float32)),
-                tvm.runtime.tensor(np.zeros(parts, np.float32)))
-        stream, junk, sums = _evict_kernels[per_thread, parts]
-
-        def flush(*call_args):  # noqa: ARG001 (every argument leaves the private caches alike)
-            stream(junk, sums)
-    else:
-        flush = tvm.get_global_func("cache_flush_cpu_non_first_arg")
-
-    def preprocess(*call_args):
-        flush(*call_args)
-        rewrite(flat, saved)
-
-    tvm.register_global_func(PRODUCER_WRITTEN, preprocess, override=True)
-    return PRODUCER_WRITTEN
-
-
-def _rewrite_kernel(elements: int, dtype: str, parts: int):
-    """dst[:] = src[:] in `parts` contiguous slices, one per parallel task."""
-    import tvm
-    from tvm import te
-
-    part = -(-elements // parts)
-    src = te.placeholder((elements,), dtype, name="src")
-    dst = te.compute((elements,), lambda i: src[i], name="dst")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([src, dst]))
-    outer, _ = sch.split(sch.get_loops(sch.get_sblock("dst"))[0], [None, part])
-    sch.parallel(outer)
-    built = tvm.compile(sch.mod["main"].with_attr("global_symbol", "main"), target="llvm")
-    return lambda dst_tensor, src_tensor: built(src_tensor, dst_tensor)
-
-
-def _evict_kernel(per_thread: int, parts: int):
-    """sums[t] = sum(junk[t, :]), one row per parallel task: each thread reads its row through its own caches,
-    replacing what they held with clean lines (a copy would leave them dirty, every line then written back
-    before the timed kernel can use its place)."""
-    import tvm
-    from tvm import te
-
-    junk = te.placeholder((parts, per_thread), "float32", name="junk")
-    i = te.reduce_axis((0, per_thread), name="i")
-    sums = te.compute((parts,), lambda t: te.sum(junk[t, i], axis=i), name="sums")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([junk, sums]))
-    sch.parallel(sch.get_loops(sch.get_sblock("sums"))[0])
-    return tvm.compile(sch.mod["main"].with_attr("global_symbol", "main"), target="llvm")
+    return {"latencies_ms": time_kernel(lib, dev, args, request_timing(request), request["number"],
+                                        request["repeat"], request.get("min_repeat_ms", 0),
+                                        request.get("evict_private_bytes", 0))}
 
 
 def reference_outputs(load, dev, request, cache: dict) -> list:

@@ -8,7 +8,7 @@ So after the search the model is compiled once per rank, the i-th build giving e
 config, and the builds run in turns, one run each at a time (rounds x runs), each group's calls timed inside
 them (profile.interleaved_in_model_times); another config than the fastest alone is chosen only where it was
 faster in every round (choose). The pick's times go to the database as a record of their own timing
-(db.IN_MODEL_TIMING), replacing the group's earlier one; being the group's newest record, it is what
+(Timing.IN_MODEL), replacing the group's earlier one; being the group's newest record, it is what
 `compile --db` uses, until a later search measures the group again.
 """
 
@@ -18,8 +18,9 @@ import json
 
 import numpy as np
 
-from xcomp.db import IN_MODEL_TIMING, Record, canonical_knobs
+from xcomp.db import Record, canonical_knobs
 from xcomp.progress import bar
+from xcomp.timing import Timing
 
 TOP = 4  # configs per group timed inside the model (the model is built once per rank)
 ROUNDS = 4  # rounds the choice compares (choose); in each the builds alternate, RUNS runs of each
@@ -94,7 +95,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
         medians = {knobs: float(np.median(np.concatenate(by_round))) for knobs, by_round in times[key].items()}
         stored[key] = [Record(key, task.group.kind, target, fingerprint, json.loads(picked),
                               [ms for calls in times[key][picked] for ms in calls],
-                              features_version=FEATURES_VERSION, timing=IN_MODEL_TIMING)]
+                              features_version=FEATURES_VERSION, timing=Timing.IN_MODEL)]
         rows.append({"group": task.group.name, "key": key, "count": task.count, "picked": json.loads(picked),
                      "fastest_alone": json.loads(fastest_alone), "in_model_ms": medians})
         alone_total += medians[fastest_alone] * task.count

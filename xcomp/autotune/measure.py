@@ -3,7 +3,7 @@
 A candidate that fails to build, crashes the runner, hangs, or computes a different answer than the group's
 default schedule becomes a failed result with the reason, never a dead tuner. The `Runner` interface is what the
 remote runners implement too (bundle.py: measured on another machine later; rpc.py: through a tvm.rpc tracker);
-the checking and timing itself is bundle_run.py's, one implementation for all of them.
+the checking is bundle_run.py's and the timing xcomp/timing.py's, one implementation for all of them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import time
 
 import numpy as np
 
-from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason, timing_method
+from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason, request_timing
 from xcomp.autotune.bundle_run import random_args  # noqa: F401 - re-exported: profiles and tests make inputs too
 from xcomp.db import Record
+from xcomp.timing import Timing
 
 # -- results ----------------------------------------------------------------------------------------------------
 
@@ -132,7 +133,7 @@ class Workload:
     target: str
     hw_fingerprint: str
     features_version: int
-    timing: str  # how its candidates are timed (Runner.timing)
+    timing: Timing  # how its candidates are timed (Runner.timing)
     # CPU cold timing: 0 flushes the weights to memory before each run; else the model's weights stay in the
     # last-level cache between inferences and each core's private cache of this many bytes is evicted instead
     evict_private_bytes: int = 0
@@ -154,9 +155,9 @@ class Runner(abc.ABC):
     settings: dict
     remote_session = False  # times through a stock tvm rpc_server (TVM's own preprocessors only)
 
-    def timing(self, target: str, evict_private_bytes: int = 0) -> str:
-        """How this runner times candidates for `target` (bundle_run.timing_method): their records say it."""
-        return timing_method(self._timing_request(target, evict_private_bytes))
+    def timing(self, target: str, evict_private_bytes: int = 0) -> Timing:
+        """How this runner times candidates for `target`: their records say it."""
+        return request_timing(self._timing_request(target, evict_private_bytes))
 
     def _timing_request(self, target: str, evict_private_bytes: int) -> dict:
         """What check_and_time reads to choose how to time: every request starts from it, so a record's timing
@@ -192,7 +193,7 @@ class LocalRunner(Runner):
     """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer).
     cold_weights (CPU targets): number x repeat single runs, each after the weights and output are flushed from
     the caches and the data input is written anew by all threads, as its producer would have (bundle_run.
-    check_and_time, producer_written), instead of repeat means of number warm runs."""
+    check_and_time, timing.producer_written), instead of repeat means of number warm runs."""
 
     def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
                  cold_weights: bool = True):

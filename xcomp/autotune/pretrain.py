@@ -35,13 +35,10 @@ def training_set(models, db_paths, target="cpu"):
     for path in db_paths:
         fingerprint = backend.spec.fingerprint()
         with TuningDB(path) as db:
-            records = db.records(target=backend.target_string, hw_fingerprint=fingerprint)
-            timings = {key: db.latest_timing(key, backend.target_string, fingerprint, in_model=False)
-                       for key in {r.workload_key for r in records}}
+            records = db.search_records(backend.target_string, fingerprint)
         for record in records:
             task = tasks.get(record.workload_key)
-            if (task is None or record.timing != timings[record.workload_key]
-                    or not task.template.in_space(record.knobs)):
+            if task is None or not task.template.in_space(record.knobs):
                 continue
             try:
                 scheduled = task.template.schedule(record.knobs)

@@ -36,7 +36,7 @@ class RPCRunner(Runner):
         self.host, self.port, self.key = host, port, key
         self.timeout_s, self.startup_grace_s, self.request_timeout_s = timeout_s, startup_grace_s, request_timeout_s
         # cold_weights: as LocalRunner, but the data input is not rewritten before each run (a stock
-        # rpc_server has TVM's cache flush only; bundle_run.producer_written)
+        # rpc_server has TVM's cache flush only; timing.producer_written)
         self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "seed": INPUT_SEED,
                          "cold_weights": cold_weights}
         self._references = {}  # reference_outputs' cache: each reference runs once per tuning run

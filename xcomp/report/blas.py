@@ -9,9 +9,9 @@ A[batch, M, K] @ B[batch, K, N] with the same FLOPs (batch folded into M when it
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+
+from xcomp.timing import calls_filling, time_calls
 
 
 def gemm_shape(func) -> dict | None:
@@ -55,24 +55,11 @@ def _operands(shape: dict, seed: int):
     return rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype), dtype
 
 
-def _time(fn, repeat: int, min_ms: float, sync=lambda: None) -> tuple:
-    """(median ms, calls per sample): `fn` repeated until `min_ms` per sample has passed, `repeat` samples --
+def _time(fn, repeat: int, min_ms: float, sync=None) -> tuple:
+    """(median ms, calls per sample): `repeat` samples of `fn` called back to back until `min_ms` has passed --
     the same way the per-group profile times xcomp's groups. `sync` waits for a GPU's queued work."""
-    fn()
-    sync()
-    t = time.perf_counter()
-    fn()
-    sync()
-    once = max(time.perf_counter() - t, 1e-7)
-    number = max(1, int(min_ms / 1e3 / once))
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - t) / number * 1e3)
-    return float(np.median(samples)), number
+    number = calls_filling(fn, min_ms, sync)
+    return float(np.median(time_calls(fn, repeat, number=number, sync=sync))), number
 
 
 def problem_text(shape: dict) -> str:

@@ -182,7 +182,7 @@ def tuning_table(report) -> Table:
     t = Table("tuning", "Tuning records", ["target", "group", "kind", "trials", "failed", "best", "timed",
                                            "same hardware"],
               note=f"From {tuning.get('db')}; curves in the tuning chart. Only times taken the same way compare: "
-                   "'warm' (back-to-back runs) reads lower than 'cold weights' (caches flushed as in a whole model).")
+                   "'warm' (back-to-back runs) reads lower than 'cold' or 'llc' (caches set as in a whole model).")
     for c in tuning["curves"]:
         t.add([c["target"], c["group"], c["kind"], c["trials"], c["failed"], fmt.ms(c["best_ms"]),
                c.get("timing", "unrecorded"), "yes" if c["same_hardware"] else f"no ({c['hw_fingerprint']})"])

@@ -9,9 +9,10 @@ def tuning_curves(db_path, targets: list) -> dict:
     """{db, curves: [{target, key, group, kind, hw_fingerprint, timing, trials, failed, points: [[trial, best_ms]],
     best_ms}]} for the groups of the report's targets, a curve per machine and way of timing (times taken warm
     and cold do not make one curve). Records are ordered by `created`; a failed candidate counts as a trial but
-    does not lower the curve. Configs timed again inside the model (IN_MODEL_TIMING) are no trials."""
+    does not lower the curve. Configs timed again inside the model (Timing.IN_MODEL) are no trials."""
     from xcomp.backends.base import HardwareSpec
-    from xcomp.db import IN_MODEL_TIMING, TuningDB
+    from xcomp.db import TuningDB
+    from xcomp.timing import Timing
 
     curves = []
     with TuningDB(db_path) as db:
@@ -20,7 +21,7 @@ def tuning_curves(db_path, targets: list) -> dict:
             fingerprint_here = HardwareSpec.from_dict(entry["hardware"]).fingerprint()
             by_group = {}
             for record in db.records(target=entry["target"]):
-                if (names and record.workload_key not in names) or record.timing == IN_MODEL_TIMING:
+                if (names and record.workload_key not in names) or record.timing == Timing.IN_MODEL:
                     continue
                 group = (record.workload_key, record.hw_fingerprint, record.kind, record.timing)
                 by_group.setdefault(group, []).append(record)
