@@ -96,10 +96,23 @@ class Backend(abc.ABC):
 
     def __init__(self, spec: HardwareSpec):
         self.spec = spec
+        self._schedule_context = None
 
     @abc.abstractmethod
     def target(self):
         """The tvm.target.Target to compile for (a dict target; strings are gone in TVM 0.27)."""
+
+    def fragment_intrinsics(self, in_dtype: str, acc_dtype: str):  # noqa: ARG002 - GPU backends override
+        """The matrix-core intrinsics for these operand/accumulator dtypes, or None (none here)."""
+        return None
+
+    def schedule_context(self):
+        """What schedule templates know of this backend (schedules/context.py), made once."""
+        from xcomp.schedules.context import ScheduleContext
+
+        if self._schedule_context is None or self._schedule_context.spec is not self.spec:
+            self._schedule_context = ScheduleContext(self.spec, self.target(), self.fragment_intrinsics)
+        return self._schedule_context
 
     @abc.abstractmethod
     def available(self) -> bool:

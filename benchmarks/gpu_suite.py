@@ -154,7 +154,7 @@ def run_knob_sweep(m, n, k, dtype, trials, dry_run):
     backend = get_backend("cuda:sm_90" if dry_run else "cuda")
     _, groups = partition(load_onnx(gemm_model(m, n, k, dtype)).mod, backend.spec, [])
     (group,) = [g for g in groups if g.kind == "matmul"]
-    template = get_template(group.func, backend.spec)
+    template = get_template(group.func, backend.schedule_context())
     default = template.default_knobs()
     named = {"default": default, **{f"stages_{n_}": {**default, "stages": n_} for n_ in (2, 3, 4)}}
     named = {name: knobs for name, knobs in named.items() if template.valid(knobs)}

@@ -6,13 +6,15 @@ Entry points used by the pipeline and the tuner:
 - `classify(func)`: the group kind of a fused PrimFunc.
 - `symbolic_vars(func)`: the symbolic dims in its shapes (such a func is not tuned; templates that can tile it
   around its symbolic dims still schedule it).
-- `get_template(func, spec, notes)`: the Template that schedules it, by the family's ordered rules (rules.py;
+- `get_template(func, ctx, notes)`: the Template that schedules it for a backend's `ScheduleContext`
+  (`Backend.schedule_context()`), by the family's ordered rules (rules.py;
   a template declining the group is noted in `notes`). `template.schedule(knobs)` raises for a config it cannot
   apply; xcomp.pipeline.schedule_group owns the fallbacks from there.
 """
 
 from __future__ import annotations
 
+from .context import ScheduleContext
 from .template import Declined, Knobs, Template
 
 
@@ -42,8 +44,9 @@ def symbolic_vars(func) -> list:
     return _symbolic_vars(func)
 
 
-def get_template(func, spec, notes: list | None = None) -> Template:
-    return _family(spec).get_template(func, spec, notes)
+def get_template(func, ctx: ScheduleContext, notes: list | None = None) -> Template:
+    return _family(ctx.spec).get_template(func, ctx, notes)
 
 
-__all__ = ["Declined", "Knobs", "Template", "legalize_map", "classify", "symbolic_vars", "get_template"]
+__all__ = ["Declined", "Knobs", "ScheduleContext", "Template", "legalize_map", "classify", "symbolic_vars",
+           "get_template"]

@@ -17,19 +17,19 @@ from .template import Declined, Template
 @dataclasses.dataclass(frozen=True)
 class Rule:
     name: str
-    claims: Callable  # (func, kind, spec) -> bool
-    template: type[Template]  # built by Template.create(func, spec, kind), which may raise Declined
+    claims: Callable  # (func, kind, ctx: ScheduleContext) -> bool
+    template: type[Template]  # built by Template.create(func, ctx, kind), which may raise Declined
 
 
-def any_group(func, kind, spec) -> bool:  # noqa: ARG001 - a family's last rule takes what the others left
+def any_group(func, kind, ctx) -> bool:  # noqa: ARG001 - a family's last rule takes what the others left
     return True
 
 
 def of_kind(*kinds: str) -> Callable:
-    return lambda func, kind, spec: kind in kinds  # noqa: ARG005
+    return lambda func, kind, ctx: kind in kinds  # noqa: ARG005
 
 
-def dispatch(rules: list[Rule], func, spec, notes: list | None = None) -> Template:
+def dispatch(rules: list[Rule], func, ctx, notes: list | None = None) -> Template:
     """The template of the first rule that claims `func` and does not decline it. Each decline appends
     "<rule> template declined: <reason>" to `notes`; when every claiming rule declines, raises Declined."""
     from .analysis import classify
@@ -37,10 +37,10 @@ def dispatch(rules: list[Rule], func, spec, notes: list | None = None) -> Templa
     kind = classify(func)
     declines = []
     for rule in rules:
-        if not rule.claims(func, kind, spec):
+        if not rule.claims(func, kind, ctx):
             continue
         try:
-            return rule.template.create(func, spec, kind)
+            return rule.template.create(func, ctx, kind)
         except Declined as why:
             declines.append(f"{rule.name} template declined: {why}")
             if notes is not None:

@@ -1,7 +1,7 @@
 """What every schedule template is: a knob space plus a way to apply one point of it.
 
-A template reads the `HardwareSpec` (vector width, cores, caches, warp size, shared memory, ...), never a vendor
-name. `default_knobs` is the safe, reasonably fast config used before (or without) tuning; `knob_space` lists the
+A template reads the `HardwareSpec` (vector width, cores, caches, warp size, shared memory, ...) and the rest of
+its `ScheduleContext` (context.py), never a vendor name. `default_knobs` is the safe, reasonably fast config used before (or without) tuning; `knob_space` lists the
 values the tuner may try for each knob; `valid` filters combinations that cannot build or are known bad.
 """
 
@@ -25,14 +25,15 @@ class Template(abc.ABC):
     #: group kind this template schedules: "conv", "matmul", "reduction", "pool", "injective", ...
     kind: str = ""
 
-    def __init__(self, func, spec):
+    def __init__(self, func, ctx):
         self.func = func  # tvm.tirx.PrimFunc, unscheduled
-        self.spec = spec  # backends.base.HardwareSpec
+        self.ctx = ctx  # context.ScheduleContext, from the backend
+        self.spec = ctx.spec  # backends.base.HardwareSpec
 
     @classmethod
-    def create(cls, func, spec, kind: str) -> Template:  # noqa: ARG003 - templates of one kind know it already
+    def create(cls, func, ctx, kind: str) -> Template:  # noqa: ARG003 - templates of one kind know it already
         """The template for a group of `kind` (schedules/rules.py); raises Declined for a form it does not take."""
-        return cls(func, spec)
+        return cls(func, ctx)
 
     @abc.abstractmethod
     def knob_space(self) -> dict[str, list]:

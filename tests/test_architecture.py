@@ -108,3 +108,11 @@ def test_the_cycle_check_finds_a_cycle():
 def test_the_timing_module_needs_nothing_of_xcomp():
     """A measurement bundle carries it to a machine without xcomp."""
     assert _graph()["xcomp.timing"] == set()
+
+
+def test_schedule_templates_never_look_a_backend_up():
+    """Templates get what they know of the machine from the backend's ScheduleContext: a new backend needs no
+    change in schedules/."""
+    for module, imports in _graph().items():
+        if module.startswith("xcomp.schedules"):
+            assert not any(name.startswith("xcomp.backends") for name in imports), (module, imports)

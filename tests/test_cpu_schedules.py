@@ -84,6 +84,13 @@ def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
     return configs
 
 
+def _context(spec):
+    """The schedule context a backend for this (possibly hand-varied) spec hands its templates."""
+    from xcomp.backends import backend_for_spec
+
+    return backend_for_spec(spec).schedule_context()
+
+
 def _groups(module, kind):
     from xcomp.partition import unique_groups
 
@@ -141,7 +148,7 @@ def test_dense_matmul(x_shape, n, layout, backend):
     model = dense_model(x_shape, n)
     module = _compile_and_check(model, _inputs(x=x_shape))
     (group,) = _groups(module, "matmul")
-    template = MatmulTemplate(group.func, backend.spec)
+    template = MatmulTemplate(group.func, backend.schedule_context())
     assert template.layout == layout
     check_configs(group.func, template, backend)
 
@@ -157,7 +164,7 @@ def test_symbolic_rows_with_any_n(n, backend):
     for rows in (1, 7):
         assert_matches_ort(module, model, _inputs(x=(rows, 32)), rtol=RTOL, atol=ATOL)
     (group,) = _groups(module, "matmul")
-    assert MatmulTemplate(group.func, backend.spec).layout == "packed"
+    assert MatmulTemplate(group.func, backend.schedule_context()).layout == "packed"
     assert module.info["schedules"][group.key]["source"] == "default"
 
 
@@ -174,7 +181,7 @@ def test_batch_matmul_nn_and_nt(backend):
     module = _compile_and_check(model, _inputs(**shapes))
     layouts = []
     for group in _groups(module, "matmul"):
-        template = get_template(group.func, backend.spec)
+        template = get_template(group.func, backend.schedule_context())
         layouts.append(template.layout)
         configs = check_configs(group.func, template, backend)
         if template.layout == "nn":  # both sides of the pack knob were checked
@@ -209,7 +216,7 @@ def test_packed_matmul_any_vector_block(halve_lanes, backend):
 
     lanes = backend.spec.simd_width // (2 if halve_lanes else 1)
     func = _te_matmul(2, 9, 4 * lanes, 24, transposed_b=False, lanes=lanes)
-    template = MatmulTemplate(func, backend.spec)
+    template = MatmulTemplate(func, backend.schedule_context())
     assert (template.layout, template.lanes) == ("packed", lanes)
     check_configs(func, template, backend)
 
@@ -218,7 +225,7 @@ def test_fused_transpose_reads_as_nt(backend):
     from xcomp.schedules.cpu.matmul import MatmulTemplate
 
     func = _te_matmul(3, 10, 2 * backend.spec.simd_width, 12, transposed_b=True, lanes=0)
-    template = MatmulTemplate(func, backend.spec)
+    template = MatmulTemplate(func, backend.schedule_context())
     assert template.layout == "nt"
     check_configs(func, template, backend)
 
@@ -236,7 +243,7 @@ def test_matmul_whole_knob_space(backend):
     r = te.reduce_axis((0, 16), "k")
     out = te.compute((2, 13, 6 * lanes), lambda z, i, j: te.sum(a[z, i, r] * b[z, r, j], axis=r), name="matmul")
     func = te.create_prim_func([a, b, out])
-    template = MatmulTemplate(func, backend.spec)
+    template = MatmulTemplate(func, backend.schedule_context())
     configs = check_configs(func, template, backend, samples=0, enumerated=None)
     assert len(configs) > 100
 
@@ -252,10 +259,10 @@ def test_matmul_default_tile_fits_the_registers(backend):
     lanes = spec.simd_width
     for registers in (16, 32):
         variant = dataclasses.replace(spec, vector_registers=registers)
-        gemm = MatmulTemplate(_te_matmul(1, 256, 16 * lanes, 64, False, lanes), variant).default_knobs()
+        gemm = MatmulTemplate(_te_matmul(1, 256, 16 * lanes, 64, False, lanes), _context(variant)).default_knobs()
         assert gemm["mr"] * gemm["nr"] + gemm["nr"] + 1 <= registers
         assert gemm["mr"] * gemm["nr"] >= registers // 2, gemm  # not a needlessly small tile
-        gemv = MatmulTemplate(_te_matmul(1, 1, 64 * lanes, 64, False, lanes), variant).default_knobs()
+        gemv = MatmulTemplate(_te_matmul(1, 1, 64 * lanes, 64, False, lanes), _context(variant)).default_knobs()
         assert gemv["mr"] == 1 and 64 // gemv["nr"] >= 2 * spec.cores, gemv
 
 
@@ -302,7 +309,7 @@ def test_conv(args, backend):
 
     module = _compile_and_check(conv_model(**args), _inputs(x=(1, args["c_in"], args["size"], args["size"])))
     (group,) = _groups(module, "conv")
-    template = ConvTemplate(group.func, backend.spec)
+    template = ConvTemplate(group.func, backend.schedule_context())
     depthwise = args.get("group", 1) == args["c_in"] == args["c_out"]
     # channel vectors narrower than half the SIMD width (and than 4) are not worth packing a grouped conv for, nor
     # narrower than the SIMD width for a 1x1 conv on a map of lanes x lanes pixels or more
@@ -342,7 +349,7 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     module = xcomp.compile(conv_model(c_in=4 * lanes, c_out=4 * lanes, size=14, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
     spec = dataclasses.replace(backend.spec, vector_registers=16)
-    template = ConvTemplate(group.func, spec)
+    template = ConvTemplate(group.func, _context(spec))
     assert template.blocked and template.blocked_input
 
     def rate(knobs):
@@ -407,7 +414,7 @@ def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, 
                        inits)
     module = _compile_and_check(model, _inputs(x=(1, channels, size, size)))
     (group,) = [g for g in _groups(module, "conv") if "3x3" in g.signature]
-    template = conv.ConvTemplate(group.func, backend.spec)
+    template = conv.ConvTemplate(group.func, backend.schedule_context())
     assert template.blocked_input and template.default_knobs()["ci_chunk"] == 2
     assert template.knob_space()["ci_chunk"] == [0, 1, 2]
     check_configs(group.func, template, backend, samples=6, enumerated=2)
@@ -426,11 +433,11 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     module = xcomp.compile(conv_model(c_in=2 * lanes, c_out=4 * lanes, size=7, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
     spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
-    template = ConvTemplate(group.func, spec)
+    template = ConvTemplate(group.func, _context(spec))
     knobs = {**template.default_knobs(), "co_block": 1, "oh_block": 1, "order": "co_outer"}
     assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
     assert not _prefetches(template, {**knobs, "order": "oh_outer"})
-    assert not _prefetches(ConvTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=2000e9)), knobs)
+    assert not _prefetches(ConvTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))), knobs)
 
     counts = _prefetches_per_line(group.func, template, knobs, backend)
     tile_lines = len(counts) // 4  # 4 channel tiles of one vector (co_block 1)
@@ -493,7 +500,7 @@ def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch, dire
     module = _compile_and_check(conv_model(channels, channels, **shape), _inputs(x=(1, channels, shape["size"],
                                                                                      shape["size"])))
     (group,) = _groups(module, "conv")
-    template = conv.ConvTemplate(group.func, backend.spec)
+    template = conv.ConvTemplate(group.func, backend.schedule_context())
     out = (shape["size"] + 2 * shape.get("pad", 0) - shape["kernel"]) // shape.get("stride", 1) + 1
     assert template.out_w == out + 3
     check_configs(group.func, template, backend, samples=4, enumerated=2)
@@ -557,7 +564,7 @@ def test_winograd_conv(size, pads, backend):
     (group,) = _groups(module, "conv")
     assert "winograd" in group.name
     assert group.flops == 2 * 9 * channels * channels * out * out + 3 * channels * out * out  # conv, bias/relu/add
-    template = get_template(group.func, backend.spec)
+    template = get_template(group.func, backend.schedule_context())
     assert isinstance(template, WinogradTemplate)
     configs = check_configs(group.func, template, backend, samples=6, enumerated=4)
     assert len(configs) > 2
@@ -575,10 +582,10 @@ def test_winograd_gemm_prefetches_each_line_of_the_next_channel_tile_once(backen
     module = xcomp.compile(residual_conv_model(channels, 12, [1] * 4))
     (group,) = _groups(module, "conv")
     spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
-    template = WinogradTemplate(group.func, spec)
+    template = WinogradTemplate(group.func, _context(spec))
     knobs = {"tile_block": 4, "co_block": 2}  # 9 tiles of 4x4 padded to 12: 3 passes per slab
     assert template.valid(knobs) and _prefetches(template, knobs)
-    assert not _prefetches(WinogradTemplate(group.func, dataclasses.replace(spec, mem_bandwidth=2000e9)), knobs)
+    assert not _prefetches(WinogradTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))), knobs)
 
     counts = _prefetches_per_line(group.func, template, knobs, backend)
     slab_lines = 2 * channels * backend.spec.simd_width * 4 // 64  # co_block vectors x input channels
@@ -626,7 +633,7 @@ def test_convs_winograd_does_not_pay_for_stay_direct(shape, backend):
     module = xcomp.compile(conv_model(**shape))
     (group,) = _groups(module, "conv")
     assert "winograd" not in group.name
-    assert isinstance(get_template(group.func, backend.spec), ConvTemplate)
+    assert isinstance(get_template(group.func, backend.schedule_context()), ConvTemplate)
 
 
 # -- the generic template ------------------------------------------------------------------------------------
@@ -652,7 +659,7 @@ def test_generic_template(node, kind, backend):
     model = make_model([node], [_value("x", x_shape)], [_value("y", out)], opset=17)
     module = _compile_and_check(model, _inputs(x=x_shape))
     (group,) = _groups(module, kind)
-    template = get_template(group.func, backend.spec)
+    template = get_template(group.func, backend.schedule_context())
     assert isinstance(template, GenericTemplate)
     configs = check_configs(group.func, template, backend, samples=2, enumerated=6)
     assert len(configs) == template.space_size()  # the whole (small) space
@@ -679,5 +686,5 @@ def test_a_reduction_along_the_contiguous_axis_sums_in_vector_lanes(op, backend)
     module = _compile_and_check(model, _inputs(x=x_shape))
     assert module.info["notes"] == []
     (group,) = _groups(module, "reduction")
-    scheduled = schedule_group(group, backend.spec, None)[0].script()
+    scheduled = schedule_group(group, backend.schedule_context(), None)[0].script()
     assert "_rf" in scheduled and "T.vectorized" in scheduled and "T.parallel" in scheduled

@@ -128,7 +128,7 @@ def build(backend, model, knobs=None):
     mod = fused(MODELS[model]())
     for gv, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc):
-            mod[gv] = gpu.get_template(func, backend.spec).schedule(knobs)
+            mod[gv] = gpu.get_template(func, backend.schedule_context()).schedule(knobs)
     return backend.compile(mod)
 
 
@@ -237,7 +237,7 @@ def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stag
     from xcomp.schedules import gpu
 
     backend = _cuda_backend("sm_90")
-    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], backend.spec)
+    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], backend.schedule_context())
     knobs = {**template.default_knobs(), "stages": stages}
     ptx = emit(backend, "matmul_f16", tmp_path, knobs)["ptx"]
     assert "cp.async.cg.shared.global" in ptx and f"cp.async.wait_group {stages - 1};" in ptx
@@ -324,7 +324,7 @@ def test_matrix_core_template_configs_build(target, model, tmp_path):
     backend = _backend(target)
     mod = fused(MODELS[model]())
     gv, func = matmul_prim_func(mod)
-    template = gpu.get_template(func, backend.spec)
+    template = gpu.get_template(func, backend.schedule_context())
     assert isinstance(template, gpu.MatrixCoreTemplate)
     configs = [template.default_knobs()] + [template.sample(random.Random(seed)) for seed in range(3)]
     for index, knobs in enumerate(configs):
@@ -338,8 +338,9 @@ def test_matrix_core_template_configs_build(target, model, tmp_path):
 def test_matrix_core_knobs_respect_the_spec(target):
     from xcomp.schedules import gpu
 
-    spec = get_backend(target).spec
-    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], spec)
+    backend = get_backend(target)
+    spec = backend.spec
+    template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], backend.schedule_context())
     configs = list(template.enumerate())
     assert template.default_knobs() in configs and 50 < len(configs) < template.space_size()
     knob_vector(template.default_knobs())  # every knob has a cost-model feature slot
@@ -357,7 +358,7 @@ def test_float32_matmuls_keep_the_simt_template():
 
     func = matmul_prim_func(fused(_matmul_relu("float32")))[1]
     for target in ("cuda:sm_90", "rocm:gfx942"):
-        assert isinstance(gpu.get_template(func, get_backend(target).spec), gpu.DlightTemplate)
+        assert isinstance(gpu.get_template(func, get_backend(target).schedule_context()), gpu.DlightTemplate)
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
@@ -369,7 +370,7 @@ def test_a_reduction_epilogue_reads_no_other_thread_s_registers(target):
     from xcomp.schedules import gpu
 
     conv = next(f for gv, f in fused(_grouped_conv_bias()).functions.items() if "conv2d" in gv.name_hint)
-    scheduled = gpu.get_template(conv, get_backend(target).spec).schedule(None)
+    scheduled = gpu.get_template(conv, get_backend(target).schedule_context()).schedule(None)
     assert "_rf" in scheduled.script()  # the rule under test (an rfactor over threads) scheduled it
     assert foreign_local_reads(scheduled) == []
 
@@ -384,9 +385,10 @@ def test_no_gpu_kernel_of_a_light_model_reads_another_thread_s_registers(target,
     from xcomp.partition import partition
     from xcomp.pipeline import schedule_group
 
-    spec = get_backend(target).spec
-    _, groups = partition(load_onnx(data_dir("light", name + ".onnx")).mod, spec, [])
-    found = {group.name: foreign_local_reads(schedule_group(group, spec, None)[0]) for group in groups}
+    backend = get_backend(target)
+    _, groups = partition(load_onnx(data_dir("light", name + ".onnx")).mod, backend.spec, [])
+    ctx = backend.schedule_context()
+    found = {group.name: foreign_local_reads(schedule_group(group, ctx, None)[0]) for group in groups}
     assert {group: reads for group, reads in found.items() if reads} == {}
 
 
@@ -394,9 +396,10 @@ def test_no_gpu_kernel_of_a_light_model_reads_another_thread_s_registers(target,
 def test_template_knobs_respect_the_spec(target):
     from xcomp.schedules import gpu
 
-    spec = get_backend(target).spec
+    backend = get_backend(target)
+    spec = backend.spec
     conv = next(f for gv, f in fused(_conv_relu()).functions.items() if "conv2d" in gv.name_hint)
-    template = gpu.get_template(conv, spec)
+    template = gpu.get_template(conv, backend.schedule_context())
     assert template.kind == "matmul" and isinstance(template, gpu.DlightTemplate)  # fp32: dlight's SIMT rule
     configs = list(template.enumerate())
     assert template.default_knobs() in configs and len(configs) > 100

@@ -39,7 +39,7 @@ def test_mlp_serves_every_batch(tmp_path):
     # a symbolic M keeps the register-tiled matmul template, with row tiles dividing the padded rows (no
     # predicate in the tile); the 10-column layer too, though its weight is not packed
     for group in module.groups:
-        template = get_template(group.func, module.spec)
+        template = get_template(group.func, module.backend.schedule_context())
         assert isinstance(template, MatmulTemplate)
         assert template.knob_space()["mr"] == [1, 2, 4]
         knobs = template.default_knobs()
@@ -67,7 +67,7 @@ def test_cnn_serves_every_batch():
         assert_matches_ort(module, model, random_feed({"x": (batch, 3, 32, 32)}, seed=batch))
     # a symbolic batch is only the outermost loop: the convs keep their register-tiled template
     for group in (g for g in module.groups if g.kind == "conv"):
-        template = get_template(group.func, module.spec)
+        template = get_template(group.func, module.backend.schedule_context())
         assert isinstance(template, ConvTemplate)
         template.apply(s_tir.Schedule(group.func), template.default_knobs())  # no silent fallback
 
@@ -91,7 +91,7 @@ def test_attention_matmuls_over_symbolic_sequences_are_register_tiled(attention_
     module, _ = attention_module
     activation_by_activation = []
     for group in module.groups:
-        template = get_template(group.func, module.spec)
+        template = get_template(group.func, module.backend.schedule_context())
         if group.kind == "matmul" and isinstance(template, MatmulTemplate) and \
                 (template.n is None or template.k is None):
             activation_by_activation.append(template)

@@ -56,7 +56,7 @@ def test_a_template_that_accepts_leaves_no_note():
 def test_a_bug_in_a_template_is_an_internal_error_not_a_slower_fallback(monkeypatch):
     from xcomp.schedules.cpu import conv
 
-    def broken(self, func, spec):
+    def broken(self, func, ctx):
         raise AttributeError("a typo in the template")
 
     monkeypatch.setattr(conv.ConvTemplate, "__init__", broken)

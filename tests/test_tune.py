@@ -292,10 +292,10 @@ def test_a_config_that_does_not_apply_is_a_failure_not_the_default(tmp_path, mon
     assert result.artifact is None and "does not apply" in result.error
     assert build_candidate(tvm.ir.save_json(task.group.func), "cpu", default, str(tmp_path)).artifact
 
-    _, choice = schedule_group(task.group, backend.spec, broken)
+    _, choice = schedule_group(task.group, backend.schedule_context(), broken)
     assert choice.knobs is None and choice.source.startswith("default (database failed:")
     assert "does not apply" in choice.source
-    _, choice = schedule_group(task.group, backend.spec, default)
+    _, choice = schedule_group(task.group, backend.schedule_context(), default)
     assert choice.source == "database" and choice.knobs == default
 
 

@@ -56,7 +56,7 @@ def _shape_funcs_noalias():
     return _pass
 
 
-def schedule_group(group, spec, knobs):
+def schedule_group(group, ctx, knobs):
     """Scheduled PrimFunc for a group and where its schedule came from: the database's config, else the
     template default, else the template's safe fallback (CPU: the generic schedule), else (CPU) the plain func.
     Each step down says why in the source, e.g. "default (database failed: ...)"."""
@@ -68,7 +68,7 @@ def schedule_group(group, spec, knobs):
         return source if not reasons else f"{source} ({reasons[-1]})"
 
     try:
-        template = schedules.get_template(group.func, spec, reasons)
+        template = schedules.get_template(group.func, ctx, reasons)
     except schedules.Declined as err:
         template = None
         reasons.append(f"no template: {err}")
@@ -88,12 +88,12 @@ def schedule_group(group, spec, knobs):
     fallback = template.fallback_schedule() if template is not None else None
     if fallback is not None:
         return fallback, ScheduleChoice(None, labelled("generic"))
-    if spec.is_gpu:  # GPU code must be thread-bound: an unscheduled func cannot build
+    if ctx.spec.is_gpu:  # GPU code must be thread-bound: an unscheduled func cannot build
         raise InternalError(f"no schedule for group {group.name} ({group.kind}): {'; '.join(reasons)}")
     return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")
 
 
-def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
+def schedule_module(mod, groups, ctx, best_knobs=None, progress=True):
     """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once."""
     from xcomp.partition import unique_groups
 
@@ -104,7 +104,7 @@ def schedule_module(mod, groups, spec, best_knobs=None, progress=True):
     groups_bar = bar(merged.items(), desc="schedule", unit="group", enabled=progress, leave=False)
     for key, (rep, _count) in groups_bar:
         groups_bar.set_postfix_str(rep.kind)
-        func, choice = schedule_group(rep, spec, best_knobs.get(key))
+        func, choice = schedule_group(rep, ctx, best_knobs.get(key))
         scheduled[key] = func
         choices[key] = choice
     for group in groups:
@@ -173,7 +173,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
 
         t = time.perf_counter()
         steps.set_postfix_str("schedule")
-        mod, choices = schedule_module(mod, groups, backend.spec, best_knobs, progress=progress)
+        mod, choices = schedule_module(mod, groups, backend.schedule_context(), best_knobs, progress=progress)
         timings["schedule_s"] = time.perf_counter() - t
         steps.update()
 

@@ -90,7 +90,7 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     merged = unique_groups(module.groups)
     for key, (rep, count) in bar(merged.items(), desc="profile", unit="group", enabled=progress, leave=False):
         knobs = (schedules.get(key) or {}).get("knobs")
-        func, choice = schedule_group(rep, backend.spec, knobs)
+        func, choice = schedule_group(rep, backend.schedule_context(), knobs)
         median = float(np.median(time_func(func, backend, repeat, min_repeat_ms)))
         in_model_ms = _median([ms for g in module.groups if g.key == key for ms in in_model.get(g.name, [])])
         rows.append({

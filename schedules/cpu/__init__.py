@@ -13,17 +13,17 @@ from .winograd import WinogradTemplate
 
 # In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
 RULES = [
-    Rule("winograd", lambda func, kind, spec: kind == "conv" and _is_winograd(func), WinogradTemplate),
+    Rule("winograd", lambda func, kind, ctx: kind == "conv" and _is_winograd(func), WinogradTemplate),
     Rule("conv", of_kind("conv"), ConvTemplate),
     Rule("matmul", of_kind("matmul"), MatmulTemplate),
     Rule("generic", any_group, GenericTemplate),
 ]
 
 
-def get_template(func, spec, notes: list | None = None) -> CpuTemplate:
+def get_template(func, ctx, notes: list | None = None) -> CpuTemplate:
     """The template for a fused PrimFunc; a specialised template that declines the group (a symbolic extent it
     needs static, a dtype it does not vectorize) leaves it to the generic one, and says why in `notes`."""
-    return dispatch(RULES, func, spec, notes)
+    return dispatch(RULES, func, ctx, notes)
 
 
 def _is_winograd(func) -> bool:

@@ -239,13 +239,13 @@ def generic_schedule(sch, spec, knobs: Knobs, skip=()) -> None:
 class GenericTemplate(CpuTemplate):
     """Injective, reduction, pool and opaque groups: each block parallel + vectorized on its own."""
 
-    def __init__(self, func, spec, kind: str):
-        super().__init__(func, spec)
+    def __init__(self, func, ctx, kind: str):
+        super().__init__(func, ctx)
         self.kind = kind
 
     @classmethod
-    def create(cls, func, spec, kind: str) -> GenericTemplate:
-        return cls(func, spec, kind)
+    def create(cls, func, ctx, kind: str) -> GenericTemplate:
+        return cls(func, ctx, kind)
 
     def knob_space(self):
         return dict(GENERIC_SPACE) if self.kind != "opaque" else {}

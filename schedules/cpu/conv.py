@@ -126,10 +126,10 @@ def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
 class ConvTemplate(CpuTemplate):
     kind = "conv"
 
-    def __init__(self, func, spec):
+    def __init__(self, func, ctx):
         from tvm import s_tir
 
-        super().__init__(func, spec)
+        super().__init__(func, ctx)
         sch = s_tir.Schedule(func)
         infos = root_blocks(sch, symbolic=True)
         main = main_reduction(infos)
@@ -153,7 +153,7 @@ class ConvTemplate(CpuTemplate):
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         self.ci_blocks = ci // self.lanes if self.lanes else 0  # input-channel vectors, for ci_chunk
-        self.prefetch_pays = prefetch.pays(spec, self.out_h * self.out_w)  # each weight serves every pixel once
+        self.prefetch_pays = prefetch.pays(self.spec, self.out_h * self.out_w)  # each weight serves every pixel once
         if not self.lanes:
             self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}

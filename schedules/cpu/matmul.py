@@ -42,10 +42,10 @@ def _uses_all(load, *variables) -> bool:
 class MatmulTemplate(CpuTemplate):
     kind = "matmul"
 
-    def __init__(self, func, spec):
+    def __init__(self, func, ctx):
         from tvm import s_tir
 
-        super().__init__(func, spec)
+        super().__init__(func, ctx)
         sch = s_tir.Schedule(func)
         inline_injective(sch)  # read the operands as apply() sees them: a transpose feeding B is folded in
         main = main_reduction(root_blocks(sch, symbolic=True))
@@ -79,11 +79,11 @@ class MatmulTemplate(CpuTemplate):
         if self.layout == "packed":
             self.lanes = int(b_load.source.shape[-1])
         elif self.n is None:  # padded to whole tiles of full vectors in apply()
-            self.lanes = spec.simd_width
+            self.lanes = self.spec.simd_width
         else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
-            fits = [v for v in (spec.simd_width, spec.simd_width // 2, spec.simd_width // 4) if v >= 4]
+            fits = [v for v in (self.spec.simd_width, self.spec.simd_width // 2, self.spec.simd_width // 4) if v >= 4]
             self.lanes = next((v for v in fits if self.n % v == 0), 1)
-        self.registers = vector_registers(spec)
+        self.registers = vector_registers(self.spec)
 
     @staticmethod
     def _operands(mac, i, j):

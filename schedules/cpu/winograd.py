@@ -158,10 +158,10 @@ class WinogradTemplate(CpuTemplate):
 
     kind = "conv"
 
-    def __init__(self, func, spec):
+    def __init__(self, func, ctx):
         from tvm import s_tir
 
-        super().__init__(func, spec)
+        super().__init__(func, ctx)
         infos = {info.name: info for info in root_blocks(s_tir.Schedule(func), symbolic=True)}
         stages = ("winograd_input_rows", "winograd_input", "winograd_gemm", "winograd_output_rows")
         if not all(name in infos for name in stages):
@@ -171,7 +171,7 @@ class WinogradTemplate(CpuTemplate):
         self.tile = int(infos["winograd_gemm"].block.annotations[WINOGRAD])
         # each weight serves the image's tiles once: few of them and the GEMM waits on the weights (see
         # _mark_prefetch); not a knob, for the reason ConvTemplate._prefetches gives
-        self.prefetch_pays = prefetch.pays(spec, self.tiles)
+        self.prefetch_pays = prefetch.pays(self.spec, self.tiles)
 
     def knob_space(self):
         return {"tile_block": divisors(self.tiles, TILE_ROUND * 2), "co_block": divisors(self.kblocks, 8)}

@@ -10,13 +10,13 @@ from .matrix_core import MatrixCoreTemplate, legalize_map, matrix_core_intrinsic
 
 # In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
 RULES = [
-    Rule("matrix_core", lambda func, kind, spec: matrix_core_intrinsics(func, spec) is not None, MatrixCoreTemplate),
+    Rule("matrix_core", lambda func, kind, ctx: matrix_core_intrinsics(func, ctx) is not None, MatrixCoreTemplate),
     Rule("dlight", any_group, DlightTemplate),
 ]
 
 
-def get_template(func, spec, notes: list | None = None) -> Template:
-    return dispatch(RULES, func, spec, notes)
+def get_template(func, ctx, notes: list | None = None) -> Template:
+    return dispatch(RULES, func, ctx, notes)
 
 
 __all__ = ["RULES", "legalize_map", "get_template", "DlightTemplate", "MatrixCoreTemplate"]

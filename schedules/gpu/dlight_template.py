@@ -63,11 +63,9 @@ def _reduction_rule():
 
 
 class DlightTemplate(Template):
-    def __init__(self, func, spec):
-        from xcomp.backends import backend_for_spec
-
-        super().__init__(func, spec)
-        self.target = backend_for_spec(spec).target()
+    def __init__(self, func, ctx):
+        super().__init__(func, ctx)
+        self.target = ctx.target
         self.kind, _ = self._run(_DEFAULT_TILES)
 
     def _run(self, tiles):

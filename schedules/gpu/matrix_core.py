@@ -37,12 +37,10 @@ def _operand_dtypes(block) -> tuple[str, str, str]:
     return str(block.reads[0].source.dtype), str(block.reads[1].source.dtype), str(block.writes[0].source.dtype)
 
 
-def matrix_core_intrinsics(func, spec):
-    """The backend's fragment intrinsics when `func` is a GEMM this spec's matrix cores can run, else None."""
+def matrix_core_intrinsics(func, ctx):
+    """The backend's fragment intrinsics when `func` is a GEMM its matrix cores can run, else None."""
     import tvm
     from tvm import s_tir
-
-    from xcomp.backends import backend_for_spec
 
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     block = _gemm_block(sch)
@@ -51,7 +49,7 @@ def matrix_core_intrinsics(func, spec):
     a, b, c = _operand_dtypes(sch.get(block))
     if a != b or c != _ACC_DTYPE:
         return None
-    return backend_for_spec(spec).fragment_intrinsics(a, c)
+    return ctx.fragment_intrinsics(a, c)
 
 
 def legalize_map(spec) -> dict:
@@ -147,17 +145,17 @@ class MatrixCoreTemplate(Template):
     kind = "matmul"
 
     @classmethod
-    def create(cls, func, spec, kind: str) -> MatrixCoreTemplate:  # noqa: ARG003
-        intrinsics = matrix_core_intrinsics(func, spec)
+    def create(cls, func, ctx, kind: str) -> MatrixCoreTemplate:  # noqa: ARG003
+        intrinsics = matrix_core_intrinsics(func, ctx)
         if intrinsics is None:
             raise Declined("no matrix-core instruction for this GEMM's operand types")
-        return cls(func, spec, intrinsics)
+        return cls(func, ctx, intrinsics)
 
-    def __init__(self, func, spec, intrinsics):
+    def __init__(self, func, ctx, intrinsics):
         import tvm
         from tvm import s_tir
 
-        super().__init__(func, spec)
+        super().__init__(func, ctx)
         self.intrinsics = intrinsics  # backends.gpu.FragmentIntrinsics
         self.operand_bytes = 2  # float16
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
@@ -178,7 +176,7 @@ class MatrixCoreTemplate(Template):
         reports the group as 'generic')."""
         from .dlight_template import DlightTemplate
 
-        return DlightTemplate(self.func, self.spec).schedule(None)
+        return DlightTemplate(self.func, self.ctx).schedule(None)
 
     def _block_tile(self, knobs: Knobs) -> tuple[int, int, int]:
         return (knobs["warps_m"] * knobs["frags_m"] * FRAGMENT, knobs["warps_n"] * knobs["frags_n"] * FRAGMENT,

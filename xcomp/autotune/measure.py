@@ -64,7 +64,7 @@ def build_candidate(func_json: str, target: str, knobs: dict | None, out_dir: st
     try:
         backend = get_backend(target)
         func = tvm.ir.load_json(func_json)
-        template = schedules.get_template(func, backend.spec)
+        template = schedules.get_template(func, backend.schedule_context())
         chosen = template.default_knobs() if knobs is None else knobs
         if not template.valid(chosen):
             return BuildResult(chosen, None, "invalid knob combination", time.perf_counter() - start)

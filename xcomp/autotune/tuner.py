@@ -85,7 +85,7 @@ def model_tasks(model, backend, input_shapes, input_values=None):
         if rep.symbols:
             symbolic.append(rep)
             continue
-        template = schedules.get_template(rep.func, backend.spec)
+        template = schedules.get_template(rep.func, backend.schedule_context())
         tasks.append(Task(rep, count, template, tvm.ir.save_json(rep.func)))
     return tasks, symbolic
 

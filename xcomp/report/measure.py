@@ -37,7 +37,7 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
         row["tuned"] = str(row.get("schedule", "")).startswith("database")
         if not row["tuned"]:
             continue
-        func, _choice = schedule_group(reps[row["key"]], module.spec, None)
+        func, _choice = schedule_group(reps[row["key"]], module.backend.schedule_context(), None)
         default = float(np.median(time_func(func, module.backend, repeat, 10)))
         row["default_ms"] = default
         row["speedup_vs_default"] = default / row["median_ms"] if row["median_ms"] > 0 else None
