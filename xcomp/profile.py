@@ -59,6 +59,50 @@ def interleaved_in_model_times(modules, runs: int = 10) -> list:
         return time_in_model(machines, runs)
 
 
+@dataclasses.dataclass
+class GroupProfile:
+    """One unique operator group of a profiled module."""
+
+    group: str
+    kind: str
+    key: str
+    count: int  # calls per run of the model
+    flops: float
+    bytes: float
+    signature: str
+    median_ms: float  # the group timed alone, warm caches
+    in_model_ms: float | None  # its median per call inside whole runs; None: the VM runs it as a builtin
+    roofline_ms: float
+    schedule: str  # where its schedule came from (pipeline.ScheduleChoice.source)
+    # set by profile_module once every group is timed: from the in-model time where any group was seen running,
+    # else from the time alone (rates_from says which)
+    rates_from: str = "alone"
+    share: float = 0.0  # of the model's time
+    gflops: float = 0.0
+    gbps: float = 0.0
+    pct_of_roofline: float = 0.0
+    # set by a report for groups built from tuning records: the template default timed alone beside it
+    tuned: bool = False
+    default_ms: float | None = None
+
+    @property
+    def total_ms(self) -> float:
+        return self.median_ms * self.count
+
+    @property
+    def in_model_total_ms(self) -> float:
+        """What the group costs a run of the model (nothing for a group with no calls)."""
+        return self.in_model_ms * self.count if self.in_model_ms is not None else 0.0
+
+    @property
+    def speedup_vs_default(self) -> float | None:
+        return self.default_ms / self.median_ms if self.default_ms is not None and self.median_ms > 0 else None
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "total_ms": self.total_ms, "in_model_total_ms": self.in_model_total_ms,
+                "speedup_vs_default": self.speedup_vs_default}
+
+
 def _median(values):
     """The median, or None for no values (a group the VM runs as a builtin, e.g. a reshape, has no calls)."""
     return float(np.median(values)) if values else None
@@ -66,10 +110,8 @@ def _median(values):
 
 def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: bool = True,
                    roofs: dict | None = None) -> list:
-    """[{group, kind, key, count, flops, bytes, median_ms, total_ms, in_model_ms, in_model_total_ms, rates_from,
-    share, gflops, gbps, roofline_ms, pct_of_roofline, schedule}] for every unique group, largest share of the
-    model's time first. median_ms is the group timed alone (warm caches); in_model_ms its median per call inside
-    whole runs (see in_model_times). Share, achieved rates and % of roofline come from the in-model time, which
+    """[GroupProfile] for every unique group, largest share of the model's time first. median_ms is the group
+    timed alone (warm caches); in_model_ms its median per call inside whole runs (see in_model_times). Share, achieved rates and % of roofline come from the in-model time, which
     is what the model spends; only when no group was seen running (in_model_times found no kernel calls) do they
     fall back to the time alone, and rates_from says which. The roofline is the spec's, or `roofs`
     (Backend.measured_roofs) where given."""
@@ -93,23 +135,20 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
         func, choice = schedule_group(rep, backend.schedule_context(), knobs)
         median = float(np.median(time_func(func, backend, repeat, min_repeat_ms)))
         in_model_ms = _median([ms for g in module.groups if g.key == key for ms in in_model.get(g.name, [])])
-        rows.append({
-            "group": rep.name, "kind": rep.kind, "key": key, "count": count, "flops": rep.flops,
-            "bytes": rep.bytes, "signature": rep.signature, "median_ms": median, "total_ms": median * count,
-            "in_model_ms": in_model_ms,
-            # a group with no calls (the VM runs it as a builtin, e.g. a reshape) costs the model nothing
-            "in_model_total_ms": in_model_ms * count if in_model_ms is not None else 0.0,
-            "roofline_ms": roofline_ms(rep.flops, rep.bytes, roof_spec), "schedule": choice.source,
-        })
-    in_model_seen = any(r["in_model_ms"] is not None for r in rows)
-    total_key = "in_model_total_ms" if in_model_seen else "total_ms"
-    total = sum(r[total_key] for r in rows) or 1.0
+        rows.append(GroupProfile(rep.name, rep.kind, key, count, rep.flops, rep.bytes, rep.signature, median,
+                                 in_model_ms, roofline_ms(rep.flops, rep.bytes, roof_spec), choice.source))
+    in_model_seen = any(r.in_model_ms is not None for r in rows)
+
+    def cost(r):
+        return r.in_model_total_ms if in_model_seen else r.total_ms
+
+    total = sum(cost(r) for r in rows) or 1.0
     for r in rows:
-        ms = r["in_model_ms"] if in_model_seen else r["median_ms"]
-        r["rates_from"] = "in_model" if in_model_seen else "alone"
-        r["share"] = r[total_key] / total
-        r["gflops"] = r["flops"] / ms / 1e6 if ms else 0.0
-        r["gbps"] = r["bytes"] / ms / 1e6 if ms else 0.0
-        r["pct_of_roofline"] = 100.0 * r["roofline_ms"] / ms if ms else 0.0
-    rows.sort(key=lambda r: (-r[total_key], -r["total_ms"]))
+        ms = r.in_model_ms if in_model_seen else r.median_ms
+        r.rates_from = "in_model" if in_model_seen else "alone"
+        r.share = cost(r) / total
+        r.gflops = r.flops / ms / 1e6 if ms else 0.0
+        r.gbps = r.bytes / ms / 1e6 if ms else 0.0
+        r.pct_of_roofline = 100.0 * r.roofline_ms / ms if ms else 0.0
+    rows.sort(key=lambda r: (-cost(r), -r.total_ms))
     return rows

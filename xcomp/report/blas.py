@@ -115,20 +115,20 @@ def blas_rows(module, profile_rows, repeat: int = 20) -> list | None:
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
     rows = []
     for row in profile_rows:
-        if row["kind"] != "matmul" or row["key"] not in reps:
+        if row.kind != "matmul" or row.key not in reps:
             continue
-        shape = gemm_shape(reps[row["key"]].func)
+        shape = gemm_shape(reps[row.key].func)
         if shape is None:
             continue
         blas_name, timing, torch_timing = vendor_gemm(shape, module.backend.name, repeat=repeat)
         if timing is None:
             return None
         rows.append({
-            "group": row["group"], "key": row["key"], "count": row["count"], "shape": shape, "blas_name": blas_name,
-            "problem": timing["problem"], "xcomp_ms": row["median_ms"], "blas_ms": timing["median_ms"],
+            "group": row.group, "key": row.key, "count": row.count, "shape": shape, "blas_name": blas_name,
+            "problem": timing["problem"], "xcomp_ms": row.median_ms, "blas_ms": timing["median_ms"],
             "blas_runs": timing["runs"], "blas_gflops": timing["gflops"],
-            "xcomp_gflops": row["flops"] / row["median_ms"] / 1e6 if row["median_ms"] > 0 else 0.0,
-            "xcomp_over_blas": row["median_ms"] / timing["median_ms"] if timing["median_ms"] > 0 else None,
+            "xcomp_gflops": row.flops / row.median_ms / 1e6 if row.median_ms > 0 else 0.0,
+            "xcomp_over_blas": row.median_ms / timing["median_ms"] if timing["median_ms"] > 0 else None,
             "torch_ms": torch_timing["median_ms"] if torch_timing else None,
             "torch_gflops": torch_timing["gflops"] if torch_timing else None,
         })

@@ -34,13 +34,11 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
     for row in rows:
-        row["tuned"] = str(row.get("schedule", "")).startswith("database")
-        if not row["tuned"]:
+        row.tuned = row.schedule.startswith("database")
+        if not row.tuned:
             continue
-        func, _choice = schedule_group(reps[row["key"]], module.backend.schedule_context(), None)
-        default = float(np.median(time_func(func, module.backend, repeat, 10)))
-        row["default_ms"] = default
-        row["speedup_vs_default"] = default / row["median_ms"] if row["median_ms"] > 0 else None
+        func, _choice = schedule_group(reps[row.key], module.backend.schedule_context(), None)
+        row.default_ms = float(np.median(time_func(func, module.backend, repeat, 10)))
 
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
@@ -154,8 +152,8 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
 
             rows = profile_module(module, progress=progress, roofs=roofs)
             _default_vs_tuned(module, rows, repeat=5)
-            entry["groups"] = rows
-            entry["roofline_bound_predicted_ms"] = sum(r["roofline_ms"] * r["count"] for r in rows)
+            entry["groups"] = [r.to_dict() for r in rows]
+            entry["roofline_bound_predicted_ms"] = sum(r.roofline_ms * r.count for r in rows)
             if blas:
                 found = blas_rows(module, rows)
                 if found is None:
