@@ -37,10 +37,10 @@ def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None
     (per group: default and best latency, speedup, trials) and the search history. `runner`: where candidates
     are measured (default: this machine); xcomp.autotune.bundle.BundleRunner or rpc.RPCRunner measure elsewhere.
     `input_shapes` / `input_values`: as for compile (compile with the same ones to use the records).
-    `in_model_top`: measuring here, each group's that many fastest configs are then timed inside the model, and
-    compile --db uses another than the fastest alone only where it was faster there in every round (the
-    summary's "in_model", with an "error" where that step failed; the search's records stay either way; 0: not
-    done)."""
+    `in_model_top`: measuring here, each group's default and that many - 1 fastest other configs are then timed
+    inside the model, and compile --db uses a tuned config only where it beat the default there in every round
+    (the summary's "in_model", with an "error" where that step failed; the search's records stay either way; 0:
+    not done, and a tuned config may then lose to the default inside the model)."""
     from xcomp.autotune.tuner import tune_model
     from xcomp.examples import resolve
 

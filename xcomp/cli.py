@@ -297,21 +297,23 @@ def _print_bundle_next(runner, args):
 
 
 def _print_in_model(refined):
-    """The in-model step's outcome: which groups run another of their fastest configs, and what it saves."""
-    from xcomp.autotune.in_model import changed
+    """The in-model step's outcome: which groups keep their default, which run another config than their
+    fastest alone, and what the picks save against the defaults."""
+    from xcomp.autotune.in_model import changed, kept_default
     from xcomp.db import canonical_knobs
 
     if not refined:
         return
     if "error" in refined:
-        print(f"Timing the fastest configs inside the model failed ({refined['error']}); compile --db uses each "
-              "group's fastest timed alone.")
+        print(f"Timing the configs inside the model failed ({refined['error']}); compile --db uses each group's "
+              "fastest timed alone.")
         return
-    moved = changed(refined)
-    print(f"Inside the model ({refined['ranks']} fastest configs per group, {refined['rounds']} x {refined['runs']} "
-          f"runs each): {len(moved)} of {len(refined['groups'])} groups run faster there with another config; "
-          f"those groups {refined['model_fastest_alone_ms']:.3f} -> {refined['model_picked_ms']:.3f} ms in the "
-          f"model (ms x count).")
+    kept, moved = kept_default(refined), changed(refined)
+    print(f"Inside the model (each group's default and {refined['ranks'] - 1} fastest other configs, "
+          f"{refined['rounds']} x {refined['runs']} runs each; groups timed: {len(refined['groups'])}): defaults "
+          f"{refined['model_default_ms']:.3f} -> picks {refined['model_picked_ms']:.3f} ms (ms x count). "
+          f"Keep their default (no tuned config beat it in every round): {len(kept)}. Run another tuned config than "
+          f"their fastest alone: {len(moved)}.")
     for row in moved:
         times = row["in_model_ms"]
         fastest, picked = (times[canonical_knobs(row[k])] for k in ("fastest_alone", "picked"))
@@ -340,9 +342,10 @@ def cmd_tune(args):
     if bundle:
         _print_bundle_imported(runner)
     rows = [(g["group"][:40], g["kind"], g["count"], g["trials"], ms(g["default_ms"], g["waiting"]),
-             ms(g["best_ms"], g["waiting"]), f"{g['speedup']:.2f}x" if g["speedup"] else "-")
+             ms(g["best_ms"], g["waiting"]), f"{g['speedup']:.2f}x" if g["speedup"] else "-", g["timed"],
+             "default" if g["kept_default"] else "tuned" if g["best_knobs"] is not None else "-")
             for g in result["groups"]]
-    print(_table(rows, ["group", "kind", "count", "trials", "default ms", "tuned ms", "speedup"]))
+    print(_table(rows, ["group", "kind", "count", "trials", "default ms", "tuned ms", "speedup", "timed", "uses"]))
     print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
           f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
           f"use them with: xcomp compile {args.model} --db {result['db']}")
@@ -539,11 +542,12 @@ def build_parser():
                                    "twice. On a CPU each timed run starts as it would inside the model: the group's "
                                    "weights and output out of the cores' own caches (only those, when the model's "
                                    "weights fit the last-level cache; else flushed to memory), its data input "
-                                   "just written by every thread. Last (measuring here), the model is built once per "
-                                   "rank of each group's --in-model-top fastest configs and each group's configs are "
-                                   "timed inside those builds, where what the rest of the model leaves in the caches "
-                                   "counts too; compile --db then uses another config than the fastest alone where "
-                                   "it was faster there in every round. Every measured batch is committed to the "
+                                   "just written by every thread. Last (measuring here), the model is built with each "
+                                   "group's default and once per rank of its --in-model-top - 1 fastest other configs, "
+                                   "and each group's configs are timed inside those builds, where what the rest of "
+                                   "the model leaves in the caches counts too; compile --db then uses a tuned config "
+                                   "only where it beat the default there in every round, and the default elsewhere. "
+                                   "Every measured batch is committed to the "
                                    "database: an interrupted run keeps everything and a rerun resumes.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
     p.add_argument("--db", default="tune.sqlite", help="tuning database (created if missing; default tune.sqlite)")
@@ -552,8 +556,9 @@ def build_parser():
     p.add_argument("--time", help="time budget instead of (or with) --trials: 90s, 10m, 1h")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--in-model-top", type=int, default=4, metavar="N",
-                   help="time each group's N fastest configs inside the model and keep one that wins there (default "
-                        "4: a minute or two for resnet50, 4 builds of it; 0: choose by the times alone)")
+                   help="time each group's default and N-1 fastest other configs inside the model, and keep a tuned "
+                        "one only where it beats the default there (default 4: a minute or two for resnet50, 4 builds "
+                        "of it; 0: choose by the times alone, where a tuned config may lose to the default)")
     p.add_argument("--runner", choices=["local", "bundle", "rpc"], default="local",
                    help="where candidates are measured: local (this machine, default); bundle (written to "
                         "--bundle-dir, measured by its run.py on another machine, imported by the next run: one "

@@ -154,6 +154,7 @@ class Runner(abc.ABC):
 
     settings: dict
     remote_session = False  # times through a stock tvm rpc_server (TVM's own preprocessors only)
+    measures_here = False  # times on this machine, where the model can be timed too (the in-model step)
 
     def timing(self, target: str, evict_private_bytes: int = 0) -> Timing:
         """How this runner times candidates for `target`: their records say it."""
@@ -194,6 +195,8 @@ class LocalRunner(Runner):
     cold_weights (CPU targets): number x repeat single runs, each after the weights and output are flushed from
     the caches and the data input is written anew by all threads, as its producer would have (bundle_run.
     check_and_time, timing.producer_written), instead of repeat means of number warm runs."""
+
+    measures_here = True
 
     def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
                  cold_weights: bool = True):

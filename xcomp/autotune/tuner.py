@@ -6,8 +6,8 @@ gets measured. Every measured batch is committed to the database before the next
 skips what is already there; Ctrl-C stops after keeping everything measured. At the end each group's three
 fastest configs and its default are measured once more, until the fastest has been measured twice
 (Tuner.confirm), so a lucky first measurement cannot pick the config; then, measuring on this machine,
-tune_model times each group's fastest configs inside the model and keeps another than the fastest alone only
-where it was faster there in every round (in_model.py).
+tune_model times each group's default and fastest configs inside the model, and a tuned config replaces the
+default only where it was faster there in every round (in_model.py).
 """
 
 from __future__ import annotations
@@ -366,22 +366,61 @@ class Tuner:
         return tasks
 
 
+@dataclasses.dataclass
+class GroupSummary:
+    """A group's line of the tuning summary: its default and the config compile --db builds it with, timed side
+    by side."""
+
+    group: str
+    kind: str
+    key: str
+    count: int
+    trials: int
+    default_ms: float
+    best_ms: float
+    best_knobs: dict | None
+    waiting: bool  # its last batch went to a deferred runner
+    timed: str = "alone"  # where the two were timed side by side: "alone" (Tuner.confirm) or "in-model"
+    kept_default: bool = False  # the default stays: no tuned config beat it
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_ms / self.best_ms if math.isfinite(self.best_ms) and self.best_ms > 0 else None
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "speedup": self.speedup}
+
+
 def summary(tasks) -> list:
+    """A GroupSummary per task: its default and best config measured side by side alone (Tuner.confirm)."""
     rows = []
     for t in tasks:
-        rows.append({
-            "group": t.group.name, "kind": t.group.kind, "key": t.group.key, "count": t.count,
-            "trials": t.trials, "default_ms": t.default_ms, "best_ms": t.best_ms,
-            "speedup": (t.default_ms / t.best_ms) if math.isfinite(t.best_ms) and t.best_ms > 0 else None,
-            "best_knobs": t.best_knobs, "waiting": t.waiting,
-        })
+        default = canonical_knobs(t.template.default_knobs())
+        rows.append(GroupSummary(
+            t.group.name, t.group.kind, t.group.key, t.count, t.trials, t.default_ms, t.best_ms, t.best_knobs,
+            t.waiting, kept_default=t.best_knobs is not None and canonical_knobs(t.best_knobs) == default))
     return rows
+
+
+def set_in_model_picks(rows, refined: dict) -> None:
+    """Each refined group's GroupSummary says what compile --db runs: its pick inside the model (the default
+    unless a tuned config beat it there in every round), set against the default in the same runs."""
+    picks = {row["key"]: row for row in refined["groups"]}
+    for row in rows:
+        pick = picks.get(row.key)
+        if pick is None:
+            continue
+        default, picked = canonical_knobs(pick["default"]), canonical_knobs(pick["picked"])
+        row.default_ms, row.best_ms = pick["in_model_ms"][default], pick["in_model_ms"][picked]
+        row.best_knobs, row.timed, row.kept_default = pick["picked"], "in-model", picked == default
 
 
 def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
                seed=0, progress=True, runner=None, input_values=None, in_model_top=in_model.TOP) -> dict:
-    """Tune, then (measuring on this machine) time each group's `in_model_top` fastest configs inside the model
-    to choose among them (in_model.py; 0 or 1: no such step)."""
+    """Tune, then (measuring on this machine) time each group's default and `in_model_top` - 1 fastest configs
+    inside the model to choose among them (in_model.py; 0 or 1: no such step). Each group's summary row says
+    how its default and pick were set side by side ("timed": "in-model", or "alone" where the step did not
+    time it) and whether the default stays ("kept_default")."""
     from xcomp.backends import get_backend
 
     backend = get_backend(target)
@@ -396,7 +435,7 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
         tuner.tune(tasks, trials=trials, time_budget_s=time_budget_s)
         rows = summary(tasks)
         refined = None
-        if in_model_top > 1 and runner is None and not tuner.interrupted:
+        if in_model_top > 1 and tuner.runner.measures_here and not tuner.interrupted:
             try:
                 refined = in_model.refine(model, backend, db, tasks, top=in_model_top, input_shapes=input_shapes,
                                           input_values=input_values, progress=progress)
@@ -405,18 +444,20 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
                       file=sys.stderr)
             except Exception as err:  # the search's records are stored: a failing last step must not lose them
                 refined = {"error": describe(err)}
+        if refined and "groups" in refined:
+            set_in_model_picks(rows, refined)
     return {
         "target": backend.target_string,
         "db": str(db_path),
-        "trials": sum(r["trials"] for r in rows),
-        "groups": rows,
+        "trials": sum(r.trials for r in rows),
+        "groups": [r.to_dict() for r in rows],
         "untuned_symbolic": [{"group": g.name, "kind": g.kind, "key": g.key, "symbols": list(g.symbols)}
                              for g in symbolic],
         "history": tuner.history,
-        "model_default_ms": sum(r["default_ms"] * r["count"] for r in rows if math.isfinite(r["default_ms"])),
-        "model_tuned_ms": sum(r["best_ms"] * r["count"] for r in rows if math.isfinite(r["best_ms"])),
+        "model_default_ms": sum(r.default_ms * r.count for r in rows if math.isfinite(r.default_ms)),
+        "model_tuned_ms": sum(r.best_ms * r.count for r in rows if math.isfinite(r.best_ms)),
         "in_model": refined,
     }
 
 
-__all__ = ["Tuner", "tune_model", "summary"]
+__all__ = ["Tuner", "GroupSummary", "tune_model", "summary"]
