@@ -25,6 +25,11 @@ class MatrixCoreShape:
     acc_dtype: str
 
 
+# HardwareSpec fields that the arch and features determine: the same hardware gets the same fingerprint (and
+# finds its tuning records) whether or not a spec spells them out.
+_DERIVED_FROM_ARCH = ("fma_pipes", "load_ports", "fma_latency")
+
+
 @dataclasses.dataclass(frozen=True)
 class HardwareSpec:
     """What a template or the cost model may know about a device.
@@ -41,6 +46,9 @@ class HardwareSpec:
     peak_flops:      dtype -> FLOP/s for the whole device.
     mem_bandwidth:   bytes/s from main memory / HBM.
     features:        ISA features that change code generation ("avx2", "fma", "avx512f", ...).
+    fma_pipes, load_ports, fma_latency: a CPU core's inner-loop limits: vector FMAs issued per cycle, vector loads
+                     per cycle, cycles from an FMA's issue to its result (0 on a GPU). Register tiles are sized
+                     from them. They follow from the arch, so the fingerprint leaves them out.
     """
 
     name: str
@@ -59,6 +67,9 @@ class HardwareSpec:
     mem_bandwidth: float = 0.0
     features: tuple = ()
     triple: str = ""
+    fma_pipes: int = 0
+    load_ports: int = 0
+    fma_latency: int = 0
 
     @property
     def is_gpu(self) -> bool:
@@ -81,7 +92,8 @@ class HardwareSpec:
 
     def fingerprint(self) -> str:
         """A short stable id of everything that makes measurements on this hardware comparable."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        identity = {k: v for k, v in self.to_dict().items() if k not in _DERIVED_FROM_ARCH}
+        blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def peak(self, dtype: str = "float32") -> float:

@@ -342,9 +342,10 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     from xcomp.schedules.cpu.common import tile_fma_rate
     from xcomp.schedules.cpu.conv import ConvTemplate, channel_tile_rate
 
-    assert tile_fma_rate(14, 15) == pytest.approx(14 / 7.5)  # 15 loads on 2 ports
-    assert tile_fma_rate(8, 6) == pytest.approx(2.0)  # FMA-bound: both pipes busy
-    assert tile_fma_rate(4, 5) == pytest.approx(1.0)  # latency-bound: 4 accumulators, 4 cycles each
+    spec = backend.spec  # 2 FMA pipes, 2 load ports, 4 cycles FMA latency, as on every x86 core here
+    assert tile_fma_rate(spec, 14, 15) == pytest.approx(14 / 7.5)  # 15 loads on 2 ports
+    assert tile_fma_rate(spec, 8, 6) == pytest.approx(2.0)  # FMA-bound: both pipes busy
+    assert tile_fma_rate(spec, 4, 5) == pytest.approx(1.0)  # latency-bound: 4 accumulators, 4 cycles each
     lanes = backend.spec.simd_width
     module = xcomp.compile(conv_model(c_in=4 * lanes, c_out=4 * lanes, size=14, kernel=3, pad=1))
     (group,) = _groups(module, "conv")

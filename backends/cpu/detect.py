@@ -7,8 +7,14 @@ import os
 
 from ..base import HardwareSpec, MatrixCoreShape
 
-# FMA issue ports per core assumed for the fp32 peak estimate (2 on every x86 core since Haswell/Zen 2).
-_FMA_UNITS = 2
+# A core's inner-loop limits, alike on every x86 core since Haswell / Zen 2 (and big ARM cores): two FMA pipes,
+# two vector loads per cycle, an FMA result ready four cycles after issue.
+FMA_PIPES, LOAD_PORTS, FMA_LATENCY = 2, 2, 4
+# Cache sizes where the host does not say (no sysfs entries): a typical L1d and a small L2, so tiles sized from
+# them fit any recent core. A named CPU gets a typical server core's. The L3 stays unknown (0) in both, which
+# assumes no weights stay cached.
+HOST_FALLBACK_CACHES = (32 * 1024, 256 * 1024)
+NAMED_CPU_CACHES = (32 * 1024, 1024 * 1024, 0)
 
 
 def _host_triple() -> str:
@@ -122,7 +128,12 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
     cores = usable_cores() if host else 1
     ghz = _cpu_mhz() / 1000.0 if host else 2.0
     has_fma = "fma" in feats or "neon" in feats
-    fp32_peak = cores * ghz * 1e9 * lanes * (2 if has_fma else 1) * _FMA_UNITS
+    fp32_peak = cores * ghz * 1e9 * lanes * (2 if has_fma else 1) * FMA_PIPES
+    if host:
+        l1, l2, l3 = _cache_sizes()
+        caches = (l1 or HOST_FALLBACK_CACHES[0], l2 or HOST_FALLBACK_CACHES[1], l3)
+    else:
+        caches = NAMED_CPU_CACHES
     return HardwareSpec(
         name=f"{mcpu} ({cores} cores)" if host else mcpu,
         kind="cpu",
@@ -131,13 +142,16 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
         simd_width=lanes,
         vector_bytes=lanes * 4,
         vector_registers=registers,
-        cache_bytes=_cache_sizes() if host else (32 * 1024, 1024 * 1024, 0),
+        cache_bytes=caches,
         matrix_cores=tuple(matrix),
         peak_flops={"float32": fp32_peak},
         # A rough per-socket figure; reports measure this machine's own (Backend.measured_roofs, roofs.py).
         mem_bandwidth=20e9 if host else 0.0,
         features=features,
         triple=triple,
+        fma_pipes=FMA_PIPES,
+        load_ports=LOAD_PORTS,
+        fma_latency=FMA_LATENCY,
     )
 
 

@@ -18,16 +18,11 @@ MIN_PARALLEL_ELEMENTS = 4096
 MATERIALIZE = "xcomp.materialize"
 
 
-# A core's inner-loop throughput limits, alike on every x86 core since Haswell / Zen 2 (and big ARM cores): two
-# FMA pipes, two vector loads per cycle, an FMA result ready four cycles after issue.
-FMA_PIPES, LOAD_PORTS, FMA_LATENCY = 2, 2, 4
-
-
-def tile_fma_rate(accumulators: int, loads: int) -> float:
+def tile_fma_rate(spec, accumulators: int, loads: int) -> float:
     """FMAs per cycle of a register tile's reduction step that does `accumulators` FMAs (one per accumulator
-    vector) and `loads` vector loads or broadcasts: bound by the FMA pipes, by the load ports, and by the FMA
-    latency, since each accumulator waits for its previous FMA."""
-    return accumulators / max(accumulators / FMA_PIPES, loads / LOAD_PORTS, FMA_LATENCY)
+    vector) and `loads` vector loads or broadcasts on a core of `spec`: bound by the FMA pipes, by the load
+    ports, and by the FMA latency, since each accumulator waits for its previous FMA."""
+    return accumulators / max(accumulators / spec.fma_pipes, loads / spec.load_ports, spec.fma_latency)
 
 
 def divisors(n: int, limit: int | None = None) -> list:

@@ -19,7 +19,7 @@ import math
 from ..analysis import mac_operands, main_reduction, root_blocks
 from ..template import Declined
 from . import prefetch
-from .common import (LOAD_PORTS, CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
+from .common import (CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
                      parallelize, schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
 
 
@@ -50,8 +50,7 @@ def ci_chunk(spec, lanes: int, co_block: int, ci_blocks: int, taps: int) -> int:
     weights serve every pixel tile of the row from L1, and the partial sums wait in the output tile between
     passes. That paid for vgg19's 512-channel convs; smaller weights (resnet50, inception, densenet) gained
     nothing measurable (docs/decisions/conv-register-tiles.md)."""
-    l1 = spec.cache_bytes[0] or 32 * 1024
-    l2 = spec.cache_bytes[1] or 256 * 1024
+    l1, l2 = spec.cache_bytes[:2]
     per_vector = co_block * taps * lanes * lanes * 4
     if not taps or ci_blocks < 2 or per_vector * ci_blocks <= l2 // 4:
         return 0
@@ -73,7 +72,7 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     14 FMAs), so tiles are ranked by the FMA rate the core can sustain first (to a tenth: the model is rough),
     then single rows (contiguous input reads), then most FMAs, then fewest loads per FMA. A default leaves one
     register spare: tiles filling all 16 spilled. Measurements: docs/decisions/conv-register-tiles.md."""
-    l2 = spec.cache_bytes[1] or 256 * 1024
+    l2 = spec.cache_bytes[1]
     tile_bytes = reduce_volume * lanes * 4
     ci_blocks = reduce_volume // taps // lanes if blocked_input and taps else 0
 
@@ -96,13 +95,12 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
 
 def channel_tile_rate(spec, co_block: int, pixels: int, weight_bytes: int) -> float:
     """tile_fma_rate of a channel-vector tile whose weights (over the whole reduction) take `weight_bytes`.
-    Weights beyond the L1 stream from L2, which feeds about one vector per cycle, not LOAD_PORTS: a tile of many
+    Weights beyond the L1 stream from L2, which feeds about one vector per cycle, not spec.load_ports: a tile of many
     channel vectors and few pixels waits on them (docs/decisions/conv-register-tiles.md)."""
-    l1 = spec.cache_bytes[0] or 32 * 1024
     loads = co_block + pixels
-    if weight_bytes > l1:
-        loads = max(loads, LOAD_PORTS * co_block)
-    return tile_fma_rate(co_block * pixels, loads)
+    if weight_bytes > spec.cache_bytes[0]:
+        loads = max(loads, spec.load_ports * co_block)
+    return tile_fma_rate(spec, co_block * pixels, loads)
 
 
 # Columns a conv's output rows may be padded by, and the FMA-rate gain that pays for the wasted columns.

@@ -187,7 +187,7 @@ class WinogradTemplate(CpuTemplate):
         space = self.knob_space()
         tiles = [{"tile_block": t, "co_block": c} for t in space["tile_block"] for c in space["co_block"]]
         return max((k for k in tiles if self.valid(k)),
-                   key=lambda k: (round(tile_fma_rate(k["tile_block"] * k["co_block"],
+                   key=lambda k: (round(tile_fma_rate(self.spec, k["tile_block"] * k["co_block"],
                                                       k["tile_block"] + k["co_block"]), 1),
                                   k["co_block"], -k["tile_block"]))
 
