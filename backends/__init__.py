@@ -7,6 +7,7 @@ Target strings users type: `cpu`, `cpu:skylake-avx512`, `cpu:aarch64-linux-gnu`,
 from __future__ import annotations
 
 from .base import Backend, HardwareSpec, MatrixCoreShape
+from .tvm_compat import prepare
 
 KNOWN_KINDS = ("cpu", "cuda", "rocm")
 
@@ -15,6 +16,7 @@ def get_backend(target: str) -> Backend:
     """Parse a user target string into a Backend; a TargetError names what was wrong."""
     from xcomp.errors import TargetError
 
+    prepare()  # TVM's process-wide settings, before any backend builds or runs anything
     if not isinstance(target, str) or not target.strip():
         raise TargetError(f"target must be a string such as 'cpu' or 'cuda:sm_90', got {target!r}")
     kind, _, arch = target.strip().partition(":")
@@ -38,6 +40,7 @@ def get_backend(target: str) -> Backend:
 
 def backend_for_spec(spec: HardwareSpec) -> Backend:
     """A backend for a spec alone (e.g. to get its TVM target while partitioning or predicting)."""
+    prepare()
     if spec.is_gpu:
         from xcomp.errors import TargetError
 

@@ -116,3 +116,30 @@ def test_schedule_templates_never_look_a_backend_up():
     for module, imports in _graph().items():
         if module.startswith("xcomp.schedules"):
             assert not any(name.startswith("xcomp.backends") for name in imports), (module, imports)
+
+
+def test_tvm_process_state_is_changed_in_one_module():
+    """TVM_NUM_THREADS and the TVM callbacks xcomp overrides are set by backends/tvm_compat.py alone, which runs
+    before any backend is made; no other module registers a TVM global function or sets TVM's environment."""
+    import re
+
+    offenders = []
+    for module, path in _modules().items():
+        if module in ("xcomp.backends.tvm_compat", "xcomp.timing"):  # timing's preprocessor: per measurement
+            continue
+        text = open(path).read()
+        if re.search(r"register_global_func|environ\.setdefault\(\"TVM_|environ\[\"TVM_", text):
+            offenders.append(module)
+    assert offenders == []
+    import os
+
+    import tvm
+
+    from xcomp.backends import get_backend
+
+    from xcomp.backends.rocm.toolchain import device_bitcode
+
+    get_backend("rocm:gfx942")
+    assert int(os.environ["TVM_NUM_THREADS"]) >= 1
+    # TVM's own callback raises where ROCm is not installed; ours answers as device_bitcode does
+    assert list(tvm.get_global_func("tvm_callback_rocm_bitcode_path")()) == device_bitcode()

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 from ..base import Backend, HardwareSpec
-from .detect import describe_cpu, host_cpu, usable_cores
-
-# TVM's thread pool assumes two SMT threads per x86 core and starts one worker per *two* hardware threads: on a
-# 2-core VM without SMT that is a single thread (docs/decisions/thread-count.md). Size it by physical cores
-# instead, before the pool first starts; TVM_NUM_THREADS set by the user still wins.
-os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+from .detect import describe_cpu, host_cpu
 
 
 class CPUBackend(Backend):

@@ -1,6 +1,6 @@
 """ROCm backend: LLVM AMDGPU code objects for the AMD archs in backends/catalog.py, built without a ROCm install.
 
-Importing this module registers two TVM callbacks (see toolchain.py): linking with LLVM 22's ld.lld, and no device
+Two TVM callbacks (toolchain.py, registered by tvm_compat.prepare) link with LLVM 22's ld.lld and link no device
 bitcode libraries when ROCm is not installed.
 """
 

@@ -1,4 +1,4 @@
-"""The two TVM callbacks a ROCm build needs on a machine without ROCm.
+"""The two TVM callbacks a ROCm build needs on a machine without ROCm (registered by tvm_compat.prepare).
 
 - Linking: TVM links each AMDGPU object with ld.lld. It must be LLVM 22's (TVM 0.27's LLVM); Debian's default
   `ld.lld` is lld 14 and fails with "unknown abi version". We look only for a matching one and say how to get it.
@@ -11,9 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-
-import tvm.support.rocm  # noqa: F401 - TVM registers its callbacks without override: let it go first, then ours
-import tvm_ffi
 
 INSTALL_HINT = "apt-get install lld-22"
 
@@ -61,7 +58,3 @@ def device_bitcode(rocdl_dir=None) -> list:
     except RuntimeError:  # no ROCm install: no device libraries to link
         return []
     return list(callback_rocm_bitcode_path(rocdl_dir))
-
-
-tvm_ffi.register_global_func("tvm_callback_rocm_link", link_code_object, override=True)
-tvm_ffi.register_global_func("tvm_callback_rocm_bitcode_path", device_bitcode, override=True)

@@ -1,0 +1,31 @@
+"""Everything xcomp changes in TVM's process-wide state, in one place, applied by `prepare()`.
+
+`get_backend` and `backend_for_spec`, which make every Backend, call `prepare()` first; it does its work once.
+- TVM_NUM_THREADS: TVM's thread pool assumes two SMT threads per x86 core and starts one worker per *two*
+  hardware threads, so on a 2-core VM without SMT it would run one thread (docs/decisions/thread-count.md). Size
+  it by physical cores instead, before the pool first starts; a value the user set still wins.
+- The ROCm callbacks (rocm/toolchain.py): linking with LLVM 22's ld.lld, and no device bitcode libraries where
+  ROCm is not installed. TVM registers its own when tvm.support.rocm is imported; ours override them.
+"""
+
+from __future__ import annotations
+
+import os
+
+_prepared = False
+
+
+def prepare() -> None:
+    global _prepared
+    if _prepared:
+        return
+    import tvm.support.rocm  # noqa: F401 - TVM registers its callbacks on import: let it go first, then ours
+    import tvm_ffi
+
+    from .cpu.detect import usable_cores
+    from .rocm.toolchain import device_bitcode, link_code_object
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+    tvm_ffi.register_global_func("tvm_callback_rocm_link", link_code_object, override=True)
+    tvm_ffi.register_global_func("tvm_callback_rocm_bitcode_path", device_bitcode, override=True)
+    _prepared = True
