@@ -167,11 +167,14 @@ def classify(func) -> str:
 
 
 def symbolic_vars(func) -> list:
-    """Names of the symbolic dims in a PrimFunc's buffer shapes (empty when every shape is static), sorted."""
+    """Names of the symbolic dims in a PrimFunc's buffer shapes and of its scalar params (a size it takes as an
+    argument, such as a KV cache's length), sorted; empty when everything is static."""
     from tvm.tirx.analysis import undefined_vars
 
     names = set()
-    for param in func.params:  # TVM 0.27 passes buffers as params; scalar shape params have no .shape
+    for param in func.params:  # TVM 0.27 passes buffers as params; scalar params have no .shape
+        if not hasattr(param, "shape"):
+            names.add(param.name)
         for dim in getattr(param, "shape", ()):
             names.update(v.name for v in undefined_vars(dim))
     return sorted(names)

@@ -75,6 +75,36 @@ def attention(batch="batch", seq="seq", dim=32):
                       [_vi("y", [batch, seq, dim])], inits)
 
 
+def positions_after_past(seq="seq", past="past", dim=8, max_positions=64):
+    """x[1, seq, dim] plus position embeddings of the positions after a KV cache, wpe[range(past, past + seq)],
+    with past = past_k.shape[2], as torch exports GPT-2's decoder with past key/values (Shape, Slice, Gather,
+    Add, Range, Unsqueeze, Gather); then scaled by the result's own batch dim, read back with Shape."""
+    rng = np.random.default_rng(0)
+
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [
+        const("two", [2]), const("three", [3]), const("zero", [0]), const("one", [1]), const("one_scalar", 1),
+        helper.make_node("Shape", ["past_k"], ["past_shape"]),
+        helper.make_node("Slice", ["past_shape", "two", "three", "zero"], ["past_1"]),
+        helper.make_node("Squeeze", ["past_1", "zero"], ["past_len"]),
+        helper.make_node("Shape", ["x"], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", "one_scalar"], ["seq_len"]),
+        helper.make_node("Add", ["seq_len", "past_len"], ["end"]),
+        helper.make_node("Range", ["past_len", "end", "one_scalar"], ["positions"]),
+        helper.make_node("Unsqueeze", ["positions", "zero"], ["positions_2d"]),
+        helper.make_node("Gather", ["wpe", "positions_2d"], ["embedded"]),
+        helper.make_node("Add", ["x", "embedded"], ["summed"]),
+        helper.make_node("Shape", ["summed"], ["summed_shape"]),
+        helper.make_node("Slice", ["summed_shape", "zero", "one", "zero"], ["batch"]),
+        helper.make_node("Cast", ["batch"], ["batch_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["summed", "batch_f"], ["y"]),
+    ]
+    return make_model(nodes, [_vi("x", [1, seq, dim]), _vi("past_k", [1, 2, past, 4])], [_vi("y", [1, seq, dim])],
+                      [_weight(rng, "wpe", (max_positions, dim), 1.0)])
+
+
 def random_feed(model_inputs: dict, seed: int = 0) -> dict:
     """{name: float32 array} of standard-normal values for {name: shape}."""
     rng = np.random.default_rng(seed)

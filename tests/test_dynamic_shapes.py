@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import xcomp
 from conftest import assert_matches_ort, make_model
-from dynamic_models import attention, cnn, mlp, random_feed
+from dynamic_models import attention, cnn, mlp, positions_after_past, random_feed
 from test_cli import xcomp_cli
 
 
@@ -100,6 +100,17 @@ def test_attention_matmuls_over_symbolic_sequences_are_register_tiled(attention_
             for mr in template.knob_space()["mr"]:  # every row tile pads and schedules
                 template.apply(s_tir.Schedule(group.func), {**knobs, "mr": mr})
     assert len(activation_by_activation) == 2  # Q @ K^T and P @ V
+
+
+def test_positions_after_a_kv_cache_keep_the_sequence_dim():
+    """A decoder with past key/values counts positions from the cache's length: range(past, past + seq). The
+    range keeps the dim `seq` (not a new unknown length), so the model compiles with both dims symbolic, and one
+    module serves the prompt (an empty cache) and every decoding step."""
+    model = positions_after_past()
+    module = xcomp.compile(model)
+    assert [(s.name, s.shape) for s in module.outputs] == [("y", (1, "seq", 8))]
+    for seq, past in ((5, 0), (1, 5), (1, 6), (3, 60)):
+        assert_matches_ort(module, model, random_feed({"x": (1, seq, 8), "past_k": (1, 2, past, 4)}, seed=past))
 
 
 def test_shapes_it_cannot_serve(attention_module):

@@ -60,6 +60,7 @@ def graph_passes(spec, notes: list | None = None):
     from xcomp.const_fold import FoldConstantsNumpy
     from xcomp.fold_affine import FoldConvAffine
     from xcomp.layout import BlockedConvLayout
+    from xcomp.scalar_kernels import isolate_scalar_arg_kernels
 
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
     fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
@@ -78,6 +79,7 @@ def graph_passes(spec, notes: list | None = None):
             relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
+            isolate_scalar_arg_kernels(),
             relax.transform.FuseOps(),
             relax.transform.FuseTIR(),
             relax.transform.DeadCodeElimination(),

@@ -13,14 +13,16 @@ from xcomp.timing import Timing, time_in_model, time_kernel
 
 
 def time_func(func, backend, repeat: int, min_repeat_ms: int):
-    """Latencies (ms) of one PrimFunc built alone for the backend, on deterministic random data."""
+    """Latencies (ms) of one PrimFunc built alone for the backend, on deterministic random data; a scalar param
+    (a size the kernel takes as an argument) gets 1, the size symbolic dims are timed at."""
     import tvm
 
     from xcomp.autotune.measure import random_args, func_params
 
     executable = backend.compile(func.with_attr("global_symbol", "main"))
     dev = backend.device()
-    args = [tvm.runtime.tensor(a, dev) for a in random_args(func_params(func), 0)]
+    tensors = iter([tvm.runtime.tensor(a, dev) for a in random_args(func_params(func), 0)])
+    args = [next(tensors) if hasattr(param, "shape") else 1 for param in func.params]
     return time_kernel(executable.mod, dev, args, Timing.WARM, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
 
 

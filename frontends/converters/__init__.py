@@ -24,8 +24,8 @@ from .normalization import convert_batch_norm, convert_layer_norm, convert_lp_no
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
 from .spectral import convert_dft, convert_stft
-from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_reshape,
-                        convert_sequence_insert, convert_slice, convert_split, convert_unsqueeze)
+from .shape_ops import (convert_center_crop_pad, convert_conv_transpose, convert_expand, convert_range,
+                        convert_reshape, convert_sequence_insert, convert_slice, convert_split, convert_unsqueeze)
 from .text import convert_tfidf_vectorizer
 from .vision import convert_col2im, convert_non_max_suppression, convert_resize, convert_upsample
 
@@ -35,6 +35,7 @@ CONVERTERS = {
     "RNN": convert_rnn,
     "Gather": convert_gather,
     "Reshape": convert_reshape,
+    "Range": convert_range,
     "Slice": convert_slice,
     "Split": convert_split,
     "Unsqueeze": convert_unsqueeze,

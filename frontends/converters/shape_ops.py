@@ -232,3 +232,50 @@ def convert_conv_transpose(bb, inputs, attrs, opset, stock):
         end.append(large if upper else small)
     attrs["pads"] = begin + end
     return stock()
+
+
+# -- Range --------------------------------------------------------------------------------------------------------
+
+
+def convert_range(bb, inputs, attrs, opset, stock):  # noqa: ARG001
+    """TVM's Range, except for integer bounds computed from shapes and a constant step, such as a decoder's
+    position ids range(past, past + seq): TVM's converter names the length anew, so the ids stop matching the
+    sequence dim they are added to, and everything after has no static shape. The length here is the bounds'
+    own difference, simplified: (past + seq) - past = seq."""
+    import tvm
+
+    relax = relax_api()
+    start, limit, delta = inputs
+    step = const_value(delta)
+    bounds = [start if tvm.ir.is_prim_expr(start) else const_value(start),
+              limit if tvm.ir.is_prim_expr(limit) else const_value(limit)]
+    if (step is None or step.size != 1 or not np.issubdtype(step.dtype, np.integer) or int(step) == 0
+            or any(b is None for b in bounds) or not any(tvm.ir.is_prim_expr(b) for b in bounds)):
+        return stock()
+    dtype, step = str(step.dtype), int(step)
+    first, end = (_int64(b) if tvm.ir.is_prim_expr(b) else tvm.tirx.const(int(b), "int64") for b in bounds)
+    length = _non_negative(tvm.tirx.floordiv(end - first + (step - 1 if step > 0 else step + 1), step))
+    positions = bb.normalize(relax.op.arange(0, length, 1, dtype))
+    # the start as a tensor, by the VM's shape_to_tensor: a kernel taking it as a scalar trips TVM's FuseTIR
+    first_value = bb.normalize(relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([first])), ()))
+    if dtype != "int64":
+        first_value = bb.normalize(relax.op.astype(first_value, dtype))
+    return relax.op.add(relax.op.multiply(positions, relax.const(step, dtype)), first_value)
+
+def _int64(expr):
+    """`expr` as int64, unchanged where it is already (a cast would make a plain shape var an expression, and
+    shape_to_tensor then a kernel instead of the VM's builtin)."""
+    import tvm
+
+    return expr if str(expr.ty) == "int64" else tvm.tirx.Cast("int64", expr)
+
+
+def _non_negative(length):
+    """max(length, 0), simplified knowing that the shape vars in it are sizes (so `seq` stays `seq`)."""
+    import tvm
+    from tvm.sym import Analyzer, ConstIntBound
+
+    analyzer = Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(length):
+        analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF))
+    return analyzer.simplify(tvm.tirx.max(length, 0))

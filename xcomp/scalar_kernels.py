@@ -1,0 +1,40 @@
+"""Keep kernels that take a scalar argument out of fused groups.
+
+A legalized op whose input is a scalar computed from shapes (`shape_to_tensor(past_len)`, a decoder's position
+offset) becomes a kernel called with that scalar as an argument. Fused with kernels that read a symbolic size
+only through the group's `tir_vars`, it makes TVM 0.27's FuseTIR fail ("VarRemapGet(source) == nullptr"). Such a
+kernel computes a handful of scalars, so it loses nothing running alone: this pass marks it opaque before
+FuseOps, and its result then enters the fused group as a tensor.
+"""
+
+from __future__ import annotations
+
+OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps never fuses such a kernel
+
+
+def isolate_scalar_arg_kernels():
+    """A module pass: every PrimFunc called by `call_tir` with a non-tensor argument gets op_pattern OPAQUE."""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    @tvm.transform.module_pass(opt_level=0, name="xcomp.IsolateScalarArgKernels")
+    def _pass(mod, ctx):  # noqa: ARG001
+        callees = set()
+
+        def visit(expr):
+            if isinstance(expr, relax.Call) and expr.op.same_as(call_tir):
+                args = expr.args[1]
+                fields = args.fields if isinstance(args, relax.Tuple) else [args]
+                if any(not isinstance(arg.ty, relax.TensorType) for arg in fields):
+                    callees.add(expr.args[0])
+
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func, visit)
+        for gv in callees:
+            mod[gv] = mod[gv].with_attr("op_pattern", OPAQUE)
+        return mod
+
+    return _pass
