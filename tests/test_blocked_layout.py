@@ -192,3 +192,87 @@ def test_padding_gives_wide_convs_an_even_number_of_vectors(channels, lanes, pad
     from xcomp.layout import padded_channels
 
     assert padded_channels(channels, lanes) == padded
+
+
+def _filled(name, value, shape=()):
+    return numpy_helper.from_array(np.full(shape, value, np.float32), name)
+
+
+def _hardswish(form):
+    """(nodes computing h = hardswish(a) = a * clip(a + 3, 0, 6) / 6 as `form` spells it, their initializers,
+    opset): the ONNX op, torch's a * hardsigmoid(a), or decomposed with constants of shape [], [1] or [1, 1, 1, 1]
+    and a Clip taking its bounds as inputs or (before opset 11) as attributes."""
+    if form == "HardSwish":
+        return [helper.make_node("HardSwish", ["a"], ["h"])], [], 14
+    if form == "HardSigmoid":
+        return [helper.make_node("HardSigmoid", ["a"], ["s"], alpha=1 / 6, beta=0.5),
+                helper.make_node("Mul", ["a", "s"], ["h"])], [], 13
+    shape = {"decomposed": (), "decomposed [1]": (1,), "decomposed [1,1,1,1]": (1, 1, 1, 1),
+             "clip attributes": ()}[form]
+    if form == "clip attributes":
+        clip, opset = helper.make_node("Clip", ["p"], ["c"], min=0.0, max=6.0), 10
+    else:
+        clip, opset = helper.make_node("Clip", ["p", "low", "high"], ["c"]), 13
+    nodes = [helper.make_node("Add", ["a", "three"], ["p"]), clip,
+             helper.make_node("Mul", ["a", "c"], ["m"]), helper.make_node("Div", ["m", "six"], ["h"])]
+    inits = [_filled("three", 3, shape), _filled("six", 6, shape), _filled("low", 0), _filled("high", 6)]
+    return nodes, inits if opset >= 11 else inits[:2], opset
+
+
+@pytest.mark.parametrize("form", ["HardSwish", "HardSigmoid", "decomposed", "decomposed [1]",
+                                  "decomposed [1,1,1,1]", "clip attributes"])
+def test_hardswish_between_convs_keeps_them_blocked(form):
+    """mobilenet_v3's hardswish between two convs, in every spelling exporters use: the chain stays blocked (the
+    only transforms are into the first conv and out of the last) and the activation runs in the first conv's
+    epilogue. TVM's layout inference has no rule for clip (nor sees into the kernels its Clip importer emits)
+    and fails on one-element constants of the activation's rank; prepare_for_layout and the Clip converter give
+    it scalars and maximum / minimum instead."""
+    act, inits, opset = _hardswish(form)
+    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), *act,
+             helper.make_node("Conv", ["h", "Wb"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    inits += [_const("Wa", (32, 16, 3, 3), 1), _const("Wb", (32, 32, 3, 3), 2)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], inits, opset=opset)
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(4).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}  # both sides of the clip
+    assert_matches_ort(module, model, x)
+    assert module.info["notes"] == []
+    assert [_output_dims(g) for g in _conv_groups(module)] == [5, 5]
+    transforms = sum(g.count for g in module.groups if "layout_transform" in g.name)
+    assert transforms == 2, [(g.name, g.signature) for g in module.groups]
+
+
+def _squeeze_excite_model():
+    """x[1,16,8,8] -> conv -> hardswish -> squeeze-excite (global pool, 1x1 conv to 8 channels, relu, 1x1 conv
+    back to 32, hardsigmoid, scaling the map) -> conv, as in mobilenet_v3."""
+    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["a"], ["h"]),
+             helper.make_node("GlobalAveragePool", ["h"], ["g"]),
+             helper.make_node("Conv", ["g", "Ws", "Bs"], ["s"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "We", "Be"], ["e"], kernel_shape=[1, 1]),
+             helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["h", "gate"], ["m"]),
+             helper.make_node("Conv", ["m", "Wb"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    inits = [_const("Wa", (32, 16, 3, 3), 1), _const("Ws", (8, 32, 1, 1), 2), _const("Bs", (8,), 3),
+             _const("We", (32, 8, 1, 1), 4), _const("Be", (32,), 5), _const("Wb", (32, 32, 3, 3), 6)]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], inits, opset=14)
+
+
+def test_squeeze_excite_keeps_the_feature_map_blocked():
+    """The feature map stays blocked through the squeeze-excite block: the only transforms of a map are into the
+    first conv and out of the last (the pooled [1, 32, 1, 1] vector goes to NCHW for the 8-channel squeeze conv,
+    whose output channels are less than a vector)."""
+    model = _squeeze_excite_model()
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(5).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    assert module.info["notes"] == []
+
+    def pixels(group):  # of the transform's input: dims 2 and 3 are H and W in NCHW and NCHW{V}c alike
+        dims = [int(d) for d in group.signature.split(" -> ")[0].split("x")[:-1]]
+        return dims[2] * dims[3]
+
+    transforms = [g for g in module.groups if "layout_transform" in g.name]
+    assert sum(g.count for g in transforms if pixels(g) > 1) == 2, [g.signature for g in transforms]

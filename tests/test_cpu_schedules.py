@@ -333,6 +333,34 @@ def test_conv(args, backend):
     check_configs(group.func, template, backend, samples=6, enumerated=3, extra=extra)
 
 
+def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(backend):
+    """mobilenet_v3's squeeze-excite: a 1x1 conv on a pooled [1, C, 1, 1] vector whose epilogue (hardsigmoid,
+    then scaling a feature map) writes the whole map. The map is scaled in a parallel loop nest of its own after
+    the conv: at the conv's register tile the epilogue would be the whole map, unrolled as a tile's write-back is,
+    more statements than LLVM compiles in reasonable time on a real model. Every config of the space does so and
+    computes the right values."""
+    from tvm import s_tir, tirx
+
+    from xcomp.schedules.cpu.conv import ConvTemplate
+
+    nodes = [helper.make_node("Conv", ["g", "W", "B"], ["e"], kernel_shape=[1, 1]),
+             helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["m", "gate"], ["y"])]
+    model = make_model(nodes, [_value("g", (1, 16, 1, 1)), _value("m", (1, 32, 12, 12))],
+                       [_value("y", (1, 32, 12, 12))], [_const("W", (32, 16, 1, 1), 1), _const("B", (32,), 2)])
+    module = _compile_and_check(model, _inputs(g=(1, 16, 1, 1), m=(1, 32, 12, 12)))
+    (group,) = _groups(module, "conv")
+    template = ConvTemplate(group.func, backend.schedule_context())
+    for knobs in check_configs(group.func, template, backend, samples=6, enumerated=3):
+        sch = s_tir.Schedule(group.func)
+        template.apply(sch, knobs)
+        (scale,) = sch.get_output_blocks(sch.get_sblock("root"))
+        loops = [sch.get(loop) for loop in sch.get_loops(scale)]
+        conv_outer = sch.get(sch.get_loops(sch.get_sblock(template.conv_name + "_update"))[0])
+        assert not loops[0].same_as(conv_outer), knobs  # not nested in the conv's loops
+        assert tirx.ForKind.UNROLLED not in [loop.kind for loop in loops], knobs
+
+
 def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     """On 16 registers the blocked conv's default tile is the one the core sustains most FMAs per cycle with, not
     the one with most FMAs: 1 x 14 (a weight vector and 14 input broadcasts per 14 FMAs) is load-bound and ran a

@@ -88,16 +88,26 @@ def prepare_for_layout(func, lanes: int):
       layout through dropout's (output, mask) tuple;
     - a constant operand of a binary op gets the other operand's rank ([C, 1, 1] -> [1, C, 1, 1], the same
       broadcast): ConvertLayout converts only operands of equal rank (otherwise pre-activation batch norms, as
-      in densenet, send every conv input back to NCHW and forth)."""
+      in densenet, send every conv input back to NCHW and forth);
+    - but a one-element constant (a scalar, [1], [1, 1, 1, 1]) becomes or stays a 0-d scalar: ConvertLayout
+      broadcasts a scalar against any layout, while its layout inference fails on a [1, 1, 1, 1] operand beside
+      a blocked one ("Cannot broadcast from 5 to 4") and the whole model stays NCHW (the 3 and 6 of hardswish,
+      x * clip(x + 3, 0, 6) / 6);
+    - clip(x, lo, hi) becomes maximum(minimum(x, hi), lo) on scalars (topi.clip's order): TVM has no layout
+      inference for clip, so every clip (hardswish, hardsigmoid, relu6) would run NCHW between transforms."""
     import numpy as np
     import tvm
-    from tvm import relax
+    from tvm import relax, tirx
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    def ranked(expr, ndim):
+    def ranked(expr, other, ndim):
+        """`expr`, one operand of a binary op, reshaped as the docstring says; `other` is the other operand and
+        `ndim` the higher of the two ranks."""
         if not isinstance(expr, tvm.ir.expr.Constant):
             return expr
         value = expr.value.numpy()
+        if value.size == 1 and value.ndim <= getattr(other.ty, "ndim", -1):  # the output shape is other's
+            return relax.const(value.reshape(())) if value.ndim else expr
         return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
 
     from xcomp.passes import bound_value
@@ -128,6 +138,14 @@ def prepare_for_layout(func, lanes: int):
             vector[0, :channels, 0, 0] = value.reshape(-1)
             return self._slice(relax.op.add(source.args[0], relax.const(vector)), channels)
 
+        def _clip_as_min_max(self, call):
+            data, *bounds = call.args  # the bounds are IntImm / FloatImm arguments
+            dtype = getattr(data.ty, "dtype", None)
+            if dtype is None or not all(isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in bounds):
+                return call
+            upper = self.builder_.emit(relax.op.minimum(data, relax.const(bounds[1].value, dtype)))
+            return relax.op.maximum(upper, relax.const(bounds[0].value, dtype))
+
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
@@ -144,7 +162,10 @@ def prepare_for_layout(func, lanes: int):
             if name in _BINARY and len(call.args) == 2:
                 ndim = max(getattr(a.ty, "ndim", -1) for a in call.args)
                 if ndim > 0:
-                    return relax.Call(call.op, [ranked(a, ndim) for a in call.args], call.attrs)
+                    lhs, rhs = call.args
+                    return relax.Call(call.op, [ranked(lhs, rhs, ndim), ranked(rhs, lhs, ndim)], call.attrs)
+            if name == "relax.clip":
+                return self._clip_as_min_max(call)
             return call
 
     return _Preparer().visit_expr(func)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from .common import NodeContext
 from .gather import convert_gather
 from .losses import convert_nll_loss, convert_softmax_cross_entropy
-from .math_ops import convert_celu, convert_is_inf, convert_pow, convert_prelu, reduce_extreme
+from .math_ops import convert_celu, convert_clip, convert_is_inf, convert_pow, convert_prelu, reduce_extreme
 from .normalization import convert_batch_norm, convert_layer_norm, convert_lp_normalization
 from .quantized import convert_qlinear_matmul
 from .recurrent import convert_gru, convert_lstm, convert_rnn
@@ -51,6 +51,7 @@ CONVERTERS = {
     "PRelu": convert_prelu,
     "IsInf": convert_is_inf,
     "Celu": convert_celu,
+    "Clip": convert_clip,
     "Pow": convert_pow,
     "ReduceMax": reduce_extreme("max"),
     "ReduceMin": reduce_extreme("min"),

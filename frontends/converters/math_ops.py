@@ -1,10 +1,10 @@
-"""Elementwise and reduction ops: PRelu, IsInf, Pow, Celu, ReduceMax / ReduceMin."""
+"""Elementwise and reduction ops: PRelu, IsInf, Pow, Celu, Clip, ReduceMax / ReduceMin."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .common import dtype_of, relax_api
+from .common import const_value, dtype_of, relax_api
 
 
 def convert_prelu(bb, inputs, attrs, opset, stock):
@@ -44,6 +44,32 @@ def convert_pow(bb, inputs, attrs, opset, stock):
         return stock() if exponent_type == base_type else relax.op.power(base, relax.op.astype(exponent, base_type))
     power = relax.op.power(relax.op.astype(base, "float64"), relax.op.astype(exponent, "float64"))
     return relax.op.astype(power, base_type)
+
+
+def convert_clip(bb, inputs, attrs, opset, stock):
+    """Clip as Relax maximum then minimum (a min above the max gives the max, as the spec says). TVM's converter
+    emits the two as opaque call_tir kernels, which the graph passes cannot see into: the blocked conv layout
+    would stop at each one (relu6, a decomposed hardswish). A NaN bound means no bound, as in onnxruntime."""
+    relax = relax_api()
+    data = inputs[0]
+    dtype = dtype_of(data)
+    floating = dtype.startswith(("float", "bfloat"))
+    if opset < 11:
+        bounds = [attrs.get(name) for name in ("min", "max")]
+        bounds = [None if b is None else relax.const(b, dtype) for b in bounds]
+    else:
+        bounds = [inputs[i] if len(inputs) > i else None for i in (1, 2)]
+    result = data
+    for bound, op, unbounded in zip(bounds, (relax.op.maximum, relax.op.minimum), (-np.inf, np.inf)):
+        if bound is None:
+            continue
+        value = const_value(bound)
+        if value is None and floating:
+            bound = relax.op.where(relax.op.isnan(bound), relax.const(unbounded, dtype), bound)
+        elif value is not None and value.size == 1 and (np.isnan(value.item()) or value.item() == unbounded):
+            continue
+        result = bb.normalize(op(result, bound))
+    return result
 
 
 def reduce_extreme(extreme):

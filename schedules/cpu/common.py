@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..analysis import REDUCE, main_reduction, root_blocks
+from ..analysis import REDUCE, SPATIAL, main_reduction, root_blocks
 from ..template import Knobs, Template
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,31 @@ def is_pure_copy(info) -> bool:
 
 def tile_epilogue(sch, block):
     """The block that writes a register tile out: the fused epilogue, or a cache-write stage when `block` writes
-    the output itself. `block`'s own buffer becomes a tile-sized local accumulator."""
+    the output itself or its epilogue broadcasts (`broadcasts`). `block`'s own buffer becomes a tile-sized local
+    accumulator; a broadcasting epilogue stays a root block for the template to schedule apart."""
     consumers = sch.get_consumers(block)
-    if not consumers:
+    if not consumers or len(consumers) == 1 and broadcasts(sch, block, consumers[0]):
         return sch.cache_write(block, 0, "local")
     if len(consumers) != 1:
         raise ValueError(f"{sch.get(block).name_hint} result feeds several blocks")
     sch.set_scope(block, 0, "local")
     return consumers[0]
+
+
+def broadcasts(sch, block, consumer) -> bool:
+    """`consumer` runs over more points than `block` writes (a squeeze-excite's 1x1 conv scaling a whole feature
+    map). Computed at a register tile, it would run over the whole map once per tile, fully unrolled as a tile's
+    write-back is: far more code than LLVM compiles in reasonable time."""
+    from tvm.sym import Analyzer
+
+    def points(rv, spatial_only):
+        total = 1
+        for iv in sch.get(rv).iter_vars:
+            if not spatial_only or int(iv.iter_type) == SPATIAL:
+                total = total * iv.dom.extent
+        return total
+
+    return Analyzer().can_prove(points(consumer, False) > points(block, True))
 
 
 # -- the generic schedule ----------------------------------------------------------------------------------

@@ -381,6 +381,11 @@ class ConvTemplate(CpuTemplate):
             self._mark_prefetch(sch, conv, outer, reduction[1], knobs["co_block"])
         else:
             parallelize(sch, outer, self.spec.cores)
+        # a broadcasting epilogue (common.broadcasts) is left at the root: a spatial loop nest of its own
+        done = {self.conv_name, sch.get(epilogue).name_hint, self.pad_name}
+        for info in root_blocks(sch, symbolic=True):
+            if info.name not in done and not info.is_reduction:
+                schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
         if keep:
             stage = sch.get_sblock(self.pad_name)
             if self.depthwise and not lanes:
