@@ -4,7 +4,9 @@ Usage: python benchmarks/vs_metaschedule.py [--trials 64 256] [--seed 0] [--ms-p
            [--json out.json] [WORKLOAD ...]
 
 WORKLOAD is one of gemm, conv3x3, dwconv3x3 (default: all; see benchmarks/workloads.py). For each workload and
-each budget in `--trials`: xcomp's Tuner (cost-model guided, fresh database) and `ms.tune_tir` (MetaSchedule's
+each budget in `--trials`: xcomp's tuner as `xcomp tune` runs it (cost-model guided, fresh database; its pick is
+what `compile --db` would use: the default unless a tuned config beat it inside the model in every round) and
+`ms.tune_tir` (MetaSchedule's
 default CPU search space, evolutionary search with its XGBoost model, in-memory database) tune the exact PrimFunc
 xcomp's partitioner makes for the group (packed conv weights included), for the same target
 (`get_backend("cpu").target()`), each with its candidates timed like xcomp's runner times them (number, repeat,
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -40,16 +41,12 @@ def build_without_tensor_intrin(mod, target, _params):
     return tvm.driver.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
-def tune_xcomp(task, backend, trials: int, seed: int) -> dict:
-    from xcomp.autotune.tuner import Tuner
-    from xcomp.db import TuningDB
-
-    with tempfile.TemporaryDirectory(prefix="xcomp-vs-ms-") as tmp, TuningDB(os.path.join(tmp, "t.sqlite")) as db:
-        start = time.perf_counter()
-        Tuner(backend, db, runner=workloads.runner(), seed=seed, progress=False).tune([task], trials=trials)
-        wall_s = time.perf_counter() - start
-    return {"func": task.template.schedule(task.best_knobs), "wall_s": wall_s, "measured": task.trials - 1,
-            "tuner_best_ms": task.best_ms, "best": task.best_knobs}
+def tune_xcomp(name: str, backend, trials: int, seed: int) -> dict:
+    """xcomp's pick as `xcomp tune` makes it (workloads.tuner_pick), its wall time including the in-model step."""
+    task = workloads.task(name, backend)
+    pick = workloads.tuner_pick(workloads.onnx_model(name), task, backend, trials, seed)
+    knobs = pick.pop("knobs")
+    return {"func": task.template.schedule(knobs), "best": knobs, **pick}
 
 
 def metaschedule_timing(timing: dict):
@@ -100,7 +97,7 @@ def run_workload(name: str, backend, budgets: list, seed: int, per_iter: int, ro
     kernels = {"default": task.template.schedule(None)}
     tuned = {}
     for trials in budgets:
-        results = {"xcomp": tune_xcomp(workloads.task(name, backend), backend, trials, seed),
+        results = {"xcomp": tune_xcomp(name, backend, trials, seed),
                    "metaschedule": tune_metaschedule(task.group.func, backend, trials, seed, per_iter)}
         for tuner, result in results.items():
             kernels[(tuner, trials)] = result.pop("func")

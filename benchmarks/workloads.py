@@ -1,7 +1,8 @@
 """The single-group workloads of the tuning benchmarks (learning_curve.py, vs_metaschedule.py): a GEMM, a 3x3
 conv and a depthwise 3x3 conv, each a one-node ONNX model whose one computing operator group is what xcomp tunes
 (after our legalization: the conv weight, a constant, arrives packed; on a CPU the 3x3 conv runs on blocked
-channels, between two layout transforms that are not tuned here). Also the timing steps both scripts share."""
+channels, between two layout transforms that are not tuned here). Also the tuning and timing steps the tuning
+benchmarks share (gemm.py too): each reports the tuner's own pick, the config `compile --db` would use."""
 
 from __future__ import annotations
 
@@ -37,13 +38,42 @@ def onnx_model(name: str):
 def task(name: str, backend):
     """A fresh xcomp tuning Task for the workload's one computing operator group (a conv on a CPU also gets the
     layout transforms into and out of the blocked channel layout, which compute nothing)."""
+    return computing_task(onnx_model(name), backend, name)
+
+
+def computing_task(model, backend, name: str):
+    """A fresh tuning Task for the one operator group of `model` that computes."""
     from xcomp.autotune.tuner import model_tasks
 
-    tasks, _ = model_tasks(onnx_model(name), backend, None)
+    tasks, _ = model_tasks(model, backend, None)
     computing = [t for t in tasks if t.group.flops]
     if len(computing) != 1:
         raise RuntimeError(f"{name}: expected one computing operator group, got {[t.group.name for t in tasks]}")
     return computing[0]
+
+
+def tuner_pick(model, task, backend, trials: int, seed: int) -> dict:
+    """Tune `task` (model's computing group) as `xcomp tune` does: the search, its confirmation, then the in-model
+    step, which keeps the default unless a tuned config beats it there in every round. Returns {knobs: what
+    `compile --db` builds the group with, wall_s, measured: trials, tuner_best_ms: the search's best alone,
+    kept_default}."""
+    import os
+    import tempfile
+
+    from xcomp.autotune import in_model
+    from xcomp.autotune.tuner import Tuner
+    from xcomp.db import TuningDB, canonical_knobs
+
+    with tempfile.TemporaryDirectory(prefix="xcomp-bench-tune-") as tmp, \
+            TuningDB(os.path.join(tmp, "t.sqlite")) as db:
+        start = time.perf_counter()
+        Tuner(backend, db, runner=runner(), seed=seed, progress=False).tune([task], trials=trials)
+        in_model.refine(model, backend, db, [task], progress=False)
+        wall_s = time.perf_counter() - start
+        knobs = db.best_knobs([task.group], backend.target_string, backend.spec.fingerprint()).get(
+            task.group.key, task.template.default_knobs())
+    return {"knobs": knobs, "wall_s": wall_s, "measured": task.trials - 1, "tuner_best_ms": task.best_ms,
+            "kept_default": canonical_knobs(knobs) == canonical_knobs(task.template.default_knobs())}
 
 
 def runner():
