@@ -105,6 +105,20 @@ def positions_after_past(seq="seq", past="past", dim=8, max_positions=64):
                       [_weight(rng, "wpe", (max_positions, dim), 1.0)])
 
 
+def range_from_past(step: int, limit: int):
+    """Range(past, limit, step) with past = past_k.shape[2]: empty, or counting up or down, by the cache length."""
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [const("two", [2]), const("three", [3]), const("zero", [0]), const("limit", limit), const("step", step),
+             helper.make_node("Shape", ["past_k"], ["past_shape"]),
+             helper.make_node("Slice", ["past_shape", "two", "three", "zero"], ["past_1"]),
+             helper.make_node("Squeeze", ["past_1", "zero"], ["past_len"]),
+             helper.make_node("Range", ["past_len", "limit", "step"], ["y"])]
+    return make_model(nodes, [_vi("past_k", [1, 2, "past", 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, ["length"])])
+
+
 def random_feed(model_inputs: dict, seed: int = 0) -> dict:
     """{name: float32 array} of standard-normal values for {name: shape}."""
     rng = np.random.default_rng(seed)

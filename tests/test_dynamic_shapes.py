@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import xcomp
 from conftest import assert_matches_ort, make_model
-from dynamic_models import attention, cnn, mlp, positions_after_past, random_feed
+from dynamic_models import attention, cnn, mlp, positions_after_past, random_feed, range_from_past
 from test_cli import xcomp_cli
 
 
@@ -111,6 +111,15 @@ def test_positions_after_a_kv_cache_keep_the_sequence_dim():
     assert [(s.name, s.shape) for s in module.outputs] == [("y", (1, "seq", 8))]
     for seq, past in ((5, 0), (1, 5), (1, 6), (3, 60)):
         assert_matches_ort(module, model, random_feed({"x": (1, seq, 8), "past_k": (1, 2, past, 4)}, seed=past))
+
+
+@pytest.mark.parametrize("step", [1, -1, 2, -3])
+def test_a_range_from_the_cache_length_counts_either_way(step):
+    """range(past, 4, step) for caches shorter and longer than 4: empty where the step points away."""
+    model = range_from_past(step, 4)
+    module = xcomp.compile(model)
+    for past in (0, 1, 4, 9):
+        assert_matches_ort(module, model, random_feed({"past_k": (1, 2, past, 4)}, seed=past))
 
 
 def test_shapes_it_cannot_serve(attention_module):

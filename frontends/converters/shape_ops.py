@@ -254,17 +254,14 @@ def convert_range(bb, inputs, attrs, opset, stock):  # noqa: ARG001
         return stock()
     dtype, step = str(step.dtype), int(step)
     first, end = (_int64(b) if tvm.ir.is_prim_expr(b) else tvm.tirx.const(int(b), "int64") for b in bounds)
-    length = _non_negative(tvm.tirx.floordiv(end - first + (step - 1 if step > 0 else step + 1), step))
-    positions = bb.normalize(relax.op.arange(0, length, 1, dtype))
-    # the start as a tensor, by the VM's shape_to_tensor: a kernel taking it as a scalar trips TVM's FuseTIR
-    first_value = bb.normalize(relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([first])), ()))
-    if dtype != "int64":
-        first_value = bb.normalize(relax.op.astype(first_value, dtype))
-    return relax.op.add(relax.op.multiply(positions, relax.const(step, dtype)), first_value)
+    # ceil(span / stride) with a positive divisor: TVM lowers a floordiv by a negative constant badly
+    span, stride = (end - first, step) if step > 0 else (first - end, -step)
+    length = _non_negative(tvm.tirx.floordiv(span + (stride - 1), stride))
+    return relax.op.arange(first, first + length * step, step, dtype)
+
 
 def _int64(expr):
-    """`expr` as int64, unchanged where it is already (a cast would make a plain shape var an expression, and
-    shape_to_tensor then a kernel instead of the VM's builtin)."""
+    """`expr` as int64, the dtype of shape dims, unchanged where it already is."""
     import tvm
 
     return expr if str(expr.ty) == "int64" else tvm.tirx.Cast("int64", expr)
