@@ -159,8 +159,8 @@ def main():
     ours, theirs = runs["xcomp"][0], runs["onnxruntime"][0]
     diff = float(np.max(np.abs(ours["logits"] - theirs["logits"])) / np.max(np.abs(theirs["logits"])))
     same_tokens = ours["tokens"] == theirs["tokens"]
-    result = {"model": args.model, "layers": layers, "prompt": args.prompt, "tokens": args.tokens, "rounds": args.rounds,
-              "compile_s": compile_s, "relative_diff": diff, "same_tokens": same_tokens}
+    result = {"model": args.model, "layers": layers, "prompt": args.prompt, "tokens": args.tokens,
+              "rounds": args.rounds, "compile_s": compile_s, "relative_diff": diff, "same_tokens": same_tokens}
     for name, generations in runs.items():
         result[f"{name}_prompt_ms"] = float(np.median([g["prompt_ms"] for g in generations]))
         result[f"{name}_decode_tokens_per_s"] = float(np.median([args.tokens / g["decode_s"] for g in generations]))

@@ -1,8 +1,9 @@
 """What every schedule template is: a knob space plus a way to apply one point of it.
 
 A template reads the `HardwareSpec` (vector width, cores, caches, warp size, shared memory, ...) and the rest of
-its `ScheduleContext` (context.py), never a vendor name. `default_knobs` is the safe, reasonably fast config used before (or without) tuning; `knob_space` lists the
-values the tuner may try for each knob; `valid` filters combinations that cannot build or are known bad.
+its `ScheduleContext` (context.py), never a vendor name. `default_knobs` is the safe, reasonably fast config used
+before (or without) tuning; `knob_space` lists the values the tuner may try for each knob; `valid` filters
+combinations that cannot build or are known bad.
 """
 
 from __future__ import annotations

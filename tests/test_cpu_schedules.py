@@ -614,7 +614,8 @@ def test_winograd_gemm_prefetches_each_line_of_the_next_channel_tile_once(backen
     template = WinogradTemplate(group.func, _context(spec))
     knobs = {"tile_block": 4, "co_block": 2}  # 9 tiles of 4x4 padded to 12: 3 passes per slab
     assert template.valid(knobs) and _prefetches(template, knobs)
-    assert not _prefetches(WinogradTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))), knobs)
+    fast_memory = dataclasses.replace(spec, mem_bandwidth=2000e9)
+    assert not _prefetches(WinogradTemplate(group.func, _context(fast_memory)), knobs)
 
     counts = _prefetches_per_line(group.func, template, knobs, backend)
     slab_lines = 2 * channels * backend.spec.simd_width * 4 // 64  # co_block vectors x input channels

@@ -113,10 +113,10 @@ def _median(values):
 def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: bool = True,
                    roofs: dict | None = None) -> list:
     """[GroupProfile] for every unique group, largest share of the model's time first. median_ms is the group
-    timed alone (warm caches); in_model_ms its median per call inside whole runs (see in_model_times). Share, achieved rates and % of roofline come from the in-model time, which
-    is what the model spends; only when no group was seen running (in_model_times found no kernel calls) do they
-    fall back to the time alone, and rates_from says which. The roofline is the spec's, or `roofs`
-    (Backend.measured_roofs) where given."""
+    timed alone (warm caches); in_model_ms its median per call inside whole runs (see in_model_times). Share,
+    achieved rates and % of roofline come from the in-model time, which is what the model spends; only when no
+    group was seen running (in_model_times found no kernel calls) do they fall back to the time alone, and
+    rates_from says which. The roofline is the spec's, or `roofs` (Backend.measured_roofs) where given."""
     from xcomp.partition import unique_groups
     from xcomp.pipeline import schedule_group
 
