@@ -110,7 +110,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
                      "in_model_ms": medians})
         for total, knobs in (("model_default_ms", default), ("model_fastest_alone_ms", fastest_alone),
                              ("model_picked_ms", picked)):
-            totals[total] += medians.get(knobs, math.nan) * task.count
+            totals[total] += medians[knobs] * task.count
     db.replace_in_model(target, fingerprint, stored)
     return {"ranks": max(len(k) for k in configs.values()), "rounds": rounds, "runs": runs, "groups": rows,
             **totals}
