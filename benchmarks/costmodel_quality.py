@@ -25,7 +25,7 @@ import numpy as np
 def main():
     from xcomp.autotune.pretrain import training_set
     from xcomp.costmodel import CostModel, pretrained_model, ranking_quality
-    from xcomp.examples import resolve
+    from xcomp.frontends.examples import resolve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help=".onnx path or onnx:NAME (the model the database was tuned for)")

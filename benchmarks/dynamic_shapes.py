@@ -21,7 +21,7 @@ import dynamic_models  # noqa: E402
 import onnx  # noqa: E402
 
 import xcomp  # noqa: E402
-from xcomp.bench import OnnxRuntimeBaseline, alternating_blocks  # noqa: E402
+from xcomp.report.bench import OnnxRuntimeBaseline, alternating_blocks  # noqa: E402
 
 ENCODER_SEQ = 32
 

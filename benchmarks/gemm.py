@@ -65,7 +65,7 @@ class Timer:
 
 def run_problem(text: str, trials: int, rounds: int, seed: int = 0) -> dict:
     from xcomp.backends import get_backend
-    from xcomp.bench import SETTLE_S
+    from xcomp.report.bench import SETTLE_S
     from xcomp.report.blas import time_gemm
 
     m, n, k = (int(d) for d in text.lower().split("x"))

@@ -143,7 +143,7 @@ def random_search(template, backend, trials: int, seed: int):
     the knobs' reach on this GPU, with no cost model in between."""
     import random
 
-    from xcomp.profile import time_func
+    from xcomp.report.profile import time_func
 
     def ms(knobs, repeat, min_repeat_ms):
         return float(np.median(time_func(template.schedule(knobs), backend, repeat, min_repeat_ms)))
@@ -164,8 +164,8 @@ def run_knob_sweep(m, n, k, dtype, trials, dry_run):
     like a gain."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
-    from xcomp.partition import partition
-    from xcomp.profile import time_func
+    from xcomp.graph.partition import partition
+    from xcomp.report.profile import time_func
     from xcomp.schedules import get_template
 
     backend = get_backend("cuda:sm_90" if dry_run else "cuda")

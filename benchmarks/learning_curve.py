@@ -67,7 +67,7 @@ class Racer:
         return held
 
     def run_dict(self, seed: int, held: list, retimed: dict) -> dict:
-        from xcomp.db import canonical_knobs
+        from xcomp.autotune.db import canonical_knobs
 
         task = self.task
         return {"workload": self.workload, "seed": seed, "mode": self.mode, "space_size": task.template.space_size(),
@@ -78,7 +78,7 @@ class Racer:
 
 def retime(template, backend, configs: list, rounds: int) -> dict:
     """{canonical knobs: median ms} of each distinct config, built once and timed in interleaved rounds."""
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     timers = {}
     for knobs in configs:
@@ -96,7 +96,7 @@ def race(name: str, backend, trials: int, seed: int, batch_size: int, rounds: in
     lucky quiet moment during tuning would otherwise set a best no config really reaches
     (docs/decisions/bench-timing.md)."""
     from xcomp.autotune.tuner import Tuner
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
 
     with tempfile.TemporaryDirectory(prefix="xcomp-curve-") as tmp:
         racers = []

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from xcomp.examples import shipped_models
+from xcomp.frontends.examples import shipped_models
 
 
 def main():

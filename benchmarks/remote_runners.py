@@ -54,7 +54,7 @@ def bundle(model, trials, work, target_count):
     """Round trips until the database holds `target_count` measurements."""
     import xcomp
     from xcomp.autotune.bundle import BundleRunner, import_results
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
 
     os.makedirs(work)
     db, folder = os.path.join(work, "bundle.sqlite"), os.path.join(work, "bundle")

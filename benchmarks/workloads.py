@@ -62,7 +62,7 @@ def tuner_pick(model, task, backend, trials: int, seed: int) -> dict:
 
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import Tuner
-    from xcomp.db import TuningDB, canonical_knobs
+    from xcomp.autotune.db import TuningDB, canonical_knobs
 
     with tempfile.TemporaryDirectory(prefix="xcomp-bench-tune-") as tmp, \
             TuningDB(os.path.join(tmp, "t.sqlite")) as db:

@@ -15,13 +15,13 @@ efficientnet_b0, regnet_y_400mf, resnet50 and convnext_tiny, batch 1 at 224x224.
 temporary folder (opset 17 with the TorchScript exporter; --dynamo: torch's default, dynamo-based exporter at its
 own opset), static shapes, one input and one output.
 
-Each model is then measured by `xcomp bench MODEL --baseline onnxruntime --json` in its own subprocess: it compiles
-the model for this CPU (the compile seconds), runs xcomp and onnxruntime on the same seeded random inputs
+Each model is then measured by `xcomp bench MODEL --baseline onnxruntime --json` in its own subprocess: it compiles the
+model for this CPU (the compile seconds), runs xcomp and onnxruntime on the same seeded random inputs
 (Module.random_inputs: standard-normal images and features, token ids 0-3), and times both in alternating blocks
-(xcomp.bench.alternating_blocks, --repeat steady runs each); the table shows their medians and xcomp / onnxruntime
-(< 1: xcomp is faster). A model matches when the largest absolute difference of the outputs, over the largest
-absolute value of onnxruntime's output, is at most 1e-3; a model that fails to export, compile or match gets its row
-with the reason and the others still run.
+(xcomp.report.bench.alternating_blocks, --repeat steady runs each); the table shows their medians and xcomp /
+onnxruntime (< 1: xcomp is faster). A model matches when the largest absolute difference of the outputs, over the
+largest absolute value of onnxruntime's output, is at most 1e-3; a model that fails to export, compile or match gets its
+row with the reason and the others still run.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _reference_scale(path, report):
     import onnxruntime as ort
 
     from xcomp.frontends.onnx import TensorSpec
-    from xcomp.module import Module
+    from xcomp.runtime.module import Module
 
     specs = [TensorSpec.from_dict(d) for d in report["model"]["inputs"]]
     inputs = Module.random_inputs(types.SimpleNamespace(inputs=specs, bound_inputs=[]), report["settings"]["seed"])

@@ -104,6 +104,43 @@ def test_the_cycle_check_finds_a_cycle():
     assert "xcomp.pipeline" in graph["xcomp.api"]  # it reads the imports inside functions too
 
 
+# The package's stages, lowest first: a module may import its own stage and those before it, never a later one. The
+# compile path reads tuning records (xcomp.autotune.db) but never imports the tuner.
+STAGES = (
+    ("base", ("xcomp.errors", "xcomp.version", "xcomp.progress", "xcomp.native", "xcomp.timing")),
+    ("compile", ("xcomp.frontends", "xcomp.schedules", "xcomp.costmodel", "xcomp.backends", "xcomp.graph",
+                 "xcomp.runtime", "xcomp.pipeline", "xcomp.autotune.db")),
+    ("tuning", ("xcomp.autotune",)),
+    ("the Python API", ("xcomp.api", "xcomp")),
+    ("reporting and tools", ("xcomp.report", "xcomp.tools")),
+    ("the command line", ("xcomp.cli", "xcomp.__main__")),
+)
+
+
+def _stage(module: str) -> int:
+    """The index in STAGES of the longest prefix naming `module`'s package (xcomp.autotune.db before xcomp.autotune)."""
+    matches = [(len(prefix), index) for index, (_, prefixes) in enumerate(STAGES) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} is in no stage: add it to STAGES"
+    return max(matches)[1]
+
+
+def _later_stage_imports(graph: dict) -> list:
+    return sorted(f"{module} -> {name}" for module, imports in graph.items() for name in imports
+                  if _stage(name) > _stage(module))
+
+
+def test_no_module_imports_a_later_stage():
+    assert _later_stage_imports(_graph()) == []
+
+
+def test_the_stage_check_finds_a_backward_import():
+    graph = _graph()
+    assert all(_stage(module) >= 0 for module in graph)  # every module has a stage
+    assert _later_stage_imports({"xcomp.pipeline": {"xcomp.autotune.tuner"}, "xcomp.autotune.tuner": set()}) == [
+        "xcomp.pipeline -> xcomp.autotune.tuner"]
+    assert _later_stage_imports({"xcomp.pipeline": {"xcomp.autotune.db"}, "xcomp.autotune.db": set()}) == []
+
 
 def test_the_timing_module_needs_nothing_of_xcomp():
     """A measurement bundle carries it to a machine without xcomp."""

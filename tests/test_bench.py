@@ -1,4 +1,5 @@
-"""Timing runners side by side (xcomp.bench.alternating_blocks): who runs when, and which calls count as steady."""
+"""Timing runners side by side (xcomp.report.bench.alternating_blocks): who runs when, and which calls count as
+steady."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 
 import pytest
 
-from xcomp import bench
+from xcomp.report import bench
 from xcomp.errors import UserError
 
 

@@ -1,5 +1,5 @@
-"""Blocked channel layout between convs (xcomp/layout.py) and numpy constant folding (xcomp/const_fold.py): the
-convs that should run blocked do, everything else stays NCHW, and the numbers stay onnxruntime's."""
+"""Blocked channel layout between convs (xcomp/graph/layout.py) and numpy constant folding (xcomp/graph/const_fold.py):
+the convs that should run blocked do, everything else stays NCHW, and the numbers stay onnxruntime's."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_numpy_layout_transform_is_tvms(mapping):
     import tvm
     from tvm import tirx
 
-    from xcomp.const_fold import layout_transform
+    from xcomp.graph.const_fold import layout_transform
 
     index_map = tirx.IndexMap.from_func(mapping)
     value = np.random.default_rng(0).standard_normal((32, 32, 3, 2)).astype(np.float32)
@@ -108,7 +108,7 @@ def test_numpy_folding_agrees_with_tvm_fold_constant():
     import tvm
     from tvm import relax
 
-    from xcomp.const_fold import fold_constants
+    from xcomp.graph.const_fold import fold_constants
 
     rng = np.random.default_rng(0)
     var, gamma = (relax.const(rng.uniform(0.5, 2, (1, 8, 1, 1)).astype(np.float32)) for _ in range(2))
@@ -169,7 +169,7 @@ def test_output_channels_are_padded_to_whole_vectors(channels):
     """A conv with 20 output channels (a classifier's 1000, in small) runs blocked on zero-padded weights, and
     the padding channels are sliced off before anything reads them. 72 channels are 9 whole vectors on 8 lanes:
     above 8 vectors an odd count is padded to an even one."""
-    from xcomp.layout import padded_channels
+    from xcomp.graph.layout import padded_channels
 
     nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
@@ -189,7 +189,7 @@ def test_output_channels_are_padded_to_whole_vectors(channels):
 @pytest.mark.parametrize("channels,lanes,padded", [(20, 16, 32), (24, 16, 32), (1000, 16, 1024), (1000, 8, 1008),
                                                    (120, 16, 128), (130, 16, 160)])
 def test_padding_gives_wide_convs_an_even_number_of_vectors(channels, lanes, padded):
-    from xcomp.layout import padded_channels
+    from xcomp.graph.layout import padded_channels
 
     assert padded_channels(channels, lanes) == padded
 

@@ -16,7 +16,7 @@ from test_measure import N, _build
 from xcomp.autotune.bundle import BundleRunner, import_results
 from xcomp.autotune.measure import BuildResult, MeasurementDeferred, Workload
 from xcomp.backends import get_backend
-from xcomp.db import TuningDB, canonical_knobs
+from xcomp.autotune.db import TuningDB, canonical_knobs
 from xcomp.errors import UserError
 
 

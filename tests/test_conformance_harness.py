@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xcomp import conformance
+from xcomp.tools import conformance
 
 
 def test_verdicts_and_table():
@@ -54,7 +54,7 @@ def test_summary_separates_known_gaps_from_failures_it_cannot_explain():
 
 def test_every_known_gap_is_a_case_of_the_sets():
     """A misspelt name in the list would excuse nothing and hide nothing: each names a real case."""
-    from xcomp.known_gaps import KNOWN_GAPS
+    from xcomp.tools.known_gaps import KNOWN_GAPS
 
     names = {c.name for c in conformance.collect(["node", "simple"])}
     assert set(KNOWN_GAPS) <= names

@@ -92,7 +92,7 @@ def _context(spec):
 
 
 def _groups(module, kind):
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
 
     return [rep for rep, _ in unique_groups(module.groups).values() if rep.kind == kind]
 

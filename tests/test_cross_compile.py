@@ -382,7 +382,7 @@ def test_no_gpu_kernel_of_a_light_model_reads_another_thread_s_registers(target,
     threads that wrote it (gpu_threads.py), which a CPU can check and only a GPU would otherwise show."""
     from gpu_threads import foreign_local_reads
     from xcomp.frontends import load_onnx
-    from xcomp.partition import partition
+    from xcomp.graph.partition import partition
     from xcomp.pipeline import schedule_group
 
     backend = get_backend(target)
@@ -524,7 +524,7 @@ def test_bfloat16_matmul_accumulates_in_float32(target):
     """TVM's own lowering sums bfloat16 products in bfloat16: on an H200 a 4096-long dot product came out wrong by
     18% of the output's range. The legalized group must reduce into float32 and cast back once."""
     from xcomp.frontends import load_onnx
-    from xcomp.partition import partition
+    from xcomp.graph.partition import partition
 
     spec = get_backend(target).spec
     _, groups = partition(load_onnx(_bf16_matmul_onnx()).mod, spec, [])

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from xcomp.db import Record, TuningDB
+from xcomp.autotune.db import Record, TuningDB
 from xcomp.errors import UserError
 from xcomp.timing import Timing
 
@@ -56,7 +56,7 @@ def test_jsonl_round_trip(tmp_path):
 
 WRITER = """
 import sys, time
-from xcomp.db import Record, TuningDB
+from xcomp.autotune.db import Record, TuningDB
 db = TuningDB(sys.argv[1])
 batch = 0
 while True:

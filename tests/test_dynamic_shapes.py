@@ -161,7 +161,7 @@ def test_save_load_keeps_symbolic_dims(attention_module, tmp_path):
 
 
 def test_info_shows_flops_as_expressions():
-    from xcomp.inspect_model import describe
+    from xcomp.tools.inspect_model import describe
 
     info = describe(attention("batch", "seq"))
     assert info["symbols"] == ["batch", "seq"]

@@ -1,4 +1,4 @@
-"""Per-channel epilogues folded into conv weights (xcomp/fold_affine.py): what folds, what must not, and that
+"""Per-channel epilogues folded into conv weights (xcomp/graph/fold_affine.py): what folds, what must not, and that
 the numbers stay onnxruntime's."""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_fixed_input_matches_onnxruntime_and_is_checked(tmp_path):
 
 def test_in_model_profile_and_benchmark_of_a_module_with_fixed_inputs():
     """The report's per-group profile calls main with the module's own arguments, not the whole feed."""
-    from xcomp.profile import in_model_times
+    from xcomp.runtime.group_times import in_model_times
 
     module = xcomp.compile(_reduce_sum_model(), input_values={"axes": [1]})
     times = in_model_times(module, runs=2)

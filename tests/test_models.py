@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 import xcomp
-from xcomp.examples import read_test_data, with_random_weights
+from xcomp.frontends.examples import read_test_data, with_random_weights
 from conftest import data_dir, ort_run
 
 LIGHT = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(data_dir("light", "*.onnx")))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import xcomp
-from xcomp.conformance import compile_as_user
+from xcomp.tools.conformance import compile_as_user
 
 _OPSET_RANGE = (7, 22)
 

@@ -214,7 +214,7 @@ def test_a_gpu_provider_that_falls_back_to_the_cpu_is_not_timed_under_its_name(m
     """onnxruntime lists a provider whose libraries are missing, then quietly runs the session on its CPU."""
     import onnxruntime
 
-    from xcomp.bench import OnnxRuntimeBaseline, ProviderUnavailable
+    from xcomp.report.bench import OnnxRuntimeBaseline, ProviderUnavailable
 
     monkeypatch.setattr(onnxruntime, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
@@ -397,7 +397,7 @@ def test_compare_flags_regression(run, tmp_path, capsys):
 
 def test_tuning_curve_from_db(run, tmp_path):
     """Best latency so far vs trials, in `created` order; failed candidates count as trials."""
-    from xcomp.db import Record, TuningDB
+    from xcomp.autotune.db import Record, TuningDB
     from xcomp.report.output import write_report
     from xcomp.report.tuning import tuning_curves
 

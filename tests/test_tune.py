@@ -14,7 +14,7 @@ import pytest
 
 import xcomp
 from conftest import make_model, ort_run, tiny_mlp
-from xcomp.db import TuningDB
+from xcomp.autotune.db import TuningDB
 from xcomp.timing import Timing
 
 
@@ -95,7 +95,7 @@ class _FakeRunner:
 
     def run(self, reference, builds, target, params, workload=None):
         from xcomp.autotune.measure import MeasureResult
-        from xcomp.db import canonical_knobs
+        from xcomp.autotune.db import canonical_knobs
 
         return [MeasureResult(b.knobs, [1.0 + zlib.crc32(canonical_knobs(b.knobs).encode()) % 1000 / 1000])
                 for b in builds]
@@ -233,7 +233,7 @@ class _OnceLuckyRunner(_FakeRunner):
         self.lucky, self.seen = None, set()
 
     def run(self, reference, builds, target, params, workload=None):
-        from xcomp.db import canonical_knobs
+        from xcomp.autotune.db import canonical_knobs
 
         results = super().run(reference, builds, target, params, workload)
         for result in results:
@@ -251,7 +251,7 @@ def test_a_lucky_first_measurement_does_not_pick_the_config(tmp_path):
     config chosen (by the tuner and by compile --db) is one that is fast every time."""
     from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     backend = get_backend("cpu")
     runner = _OnceLuckyRunner()
@@ -328,7 +328,7 @@ class _SlowerSecondTimeRunner(_FakeRunner):
         self.seen = set()
 
     def run(self, reference, builds, target, params, workload=None):
-        from xcomp.db import canonical_knobs
+        from xcomp.autotune.db import canonical_knobs
 
         results = super().run(reference, builds, target, params, workload)
         for result in results:
@@ -343,11 +343,11 @@ def _refine_with_times_inside(tmp_path, monkeypatch, inside_ms):
     """Tune the GEMM model with made-up times, then run the in-model step with made-up times inside the model:
     inside_ms(candidates, knobs) -> ms per call of a candidate. Returns (model, backend, db path, task,
     the candidates [default, fastest other alone, ...], the step's result)."""
-    from xcomp import profile
+    from xcomp.runtime import group_times
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.backends import get_backend
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     model, backend, path = _gemm_model(), get_backend("cpu"), tmp_path / "t.sqlite"
     with TuningDB(path) as db:
@@ -364,7 +364,7 @@ def _refine_with_times_inside(tmp_path, monkeypatch, inside_ms):
                 times.append({group.name: [inside_ms(configs, knobs)] * runs})
             return times
 
-        monkeypatch.setattr(profile, "interleaved_in_model_times", made_up_inside)
+        monkeypatch.setattr(group_times, "interleaved_in_model_times", made_up_inside)
         result = in_model.refine(model, backend, db, [task], progress=False)
         assert db.count(task.group.key, timing=Timing.IN_MODEL) == 1  # the pick
     return model, backend, path, task, configs, result
@@ -375,7 +375,7 @@ def test_a_config_fastest_alone_that_loses_to_the_default_inside_the_model_is_no
     there, so compile --db builds the default, and the summary says so."""
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import set_in_model_picks, summary
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     def default_fastest(configs, knobs):
         return 1.0 if knobs == configs[0] else 1.1 + configs.index(knobs) / 10
@@ -402,7 +402,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     right with it; a later search's records, newer, take over again."""
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import Tuner, model_tasks
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     def reversed_inside(configs, knobs):
         return 9.0 if knobs == configs[0] else float(len(configs) - configs.index(knobs))
@@ -464,7 +464,7 @@ def test_default_and_best_are_confirmed_alike(tmp_path):
     summary, when the best config was the default, confirmed slower, and its first run stood as "default")."""
     from xcomp.autotune.tuner import Tuner, model_tasks, summary
     from xcomp.backends import get_backend
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     backend = get_backend("cpu")
     with TuningDB(tmp_path / "t.sqlite") as db:
@@ -486,7 +486,7 @@ class _JumpyDefaultRunner(_FakeRunner):
         self.default, self.runs = default, 0
 
     def run(self, reference, builds, target, params, workload=None):
-        from xcomp.db import canonical_knobs
+        from xcomp.autotune.db import canonical_knobs
 
         results = super().run(reference, builds, target, params, workload)
         for result in results:
@@ -502,7 +502,7 @@ def test_the_summary_compares_default_and_best_side_by_side(tmp_path):
     summary's "default -> tuned" is the median of the two measured side by side: the jump is not a speedup."""
     from xcomp.autotune.tuner import PAIRED_ROUNDS, Tuner, model_tasks, summary
     from xcomp.backends import get_backend
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     backend = get_backend("cpu")
     (task,) = model_tasks(_gemm_model(), backend, None)[0]
@@ -585,7 +585,7 @@ def test_weights_that_stay_in_the_last_level_cache_are_timed_there(tmp_path):
 
 def _best_knobs(db_path, groups, target, fingerprint) -> dict:
     """What xcomp.compile(..., tune_db=db_path) builds each group with."""
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
 
     with TuningDB(db_path) as db:
         return db.best_knobs(groups, target, fingerprint)

@@ -24,7 +24,7 @@ from .errors import (  # noqa: E402
     XcompError,
 )
 from .api import compile, load, tune  # noqa: E402,A004
-from .module import Module  # noqa: E402
+from xcomp.runtime.module import Module  # noqa: E402
 
 __all__ = [
     "compile",

@@ -21,7 +21,7 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
     cuda_graph:   (CUDA) replay the kernels as CUDA graphs: one launch per graph instead of one per kernel,
                   for static shapes; the graph is captured on the first call.
     """
-    from xcomp.examples import resolve
+    from xcomp.frontends.examples import resolve
     from xcomp.native import tvm_log_to_logging
     from xcomp.pipeline import compile_model
 
@@ -42,7 +42,7 @@ def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None
     (the summary's "in_model", with an "error" where that step failed; the search's records stay either way; 0:
     not done, and a tuned config may then lose to the default inside the model)."""
     from xcomp.autotune.tuner import tune_model
-    from xcomp.examples import resolve
+    from xcomp.frontends.examples import resolve
 
     return tune_model(resolve(model), target=target, db_path=db, trials=trials, time_budget_s=time_budget_s,
                       input_shapes=input_shapes, input_values=input_values, seed=seed, progress=progress,
@@ -51,6 +51,6 @@ def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None
 
 def load(path):
     """Load a module saved with `Module.save(path)`."""
-    from xcomp.module import load as _load
+    from xcomp.runtime.module import load as _load
 
     return _load(path)

@@ -106,7 +106,7 @@ def _load_inputs(specs, module):
 
 
 def _model_arg(text):
-    from xcomp.examples import resolve
+    from xcomp.frontends.examples import resolve
 
     return resolve(text)
 
@@ -215,7 +215,7 @@ def cmd_run(args):
 
 
 def cmd_info(args):
-    from xcomp.inspect_model import describe
+    from xcomp.tools.inspect_model import describe
 
     info = describe(_model_arg(args.model), target=args.target, input_shapes=_input_shapes(args),
                     input_values=_input_values(args))
@@ -300,7 +300,7 @@ def _print_in_model(refined):
     """The in-model step's outcome: which groups keep their default, which run another config than their
     fastest alone, and what the picks save against the defaults."""
     from xcomp.autotune.in_model import changed, kept_default
-    from xcomp.db import canonical_knobs
+    from xcomp.autotune.db import canonical_knobs
 
     if not refined:
         return
@@ -361,7 +361,7 @@ def cmd_tune(args):
 
 
 def cmd_db(args):
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
 
     with TuningDB(args.db) as db:
         if args.action == "export":
@@ -387,7 +387,7 @@ def cmd_db(args):
 
 
 def cmd_conformance(args):
-    from xcomp import conformance
+    from xcomp.tools import conformance
 
     sets = args.set or ["node", "light", "pytorch-converted", "pytorch-operator", "simple"]
     cases = conformance.collect(sets, sample=args.sample, ops=set(args.op) if args.op else None)
@@ -601,7 +601,7 @@ def build_parser():
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_conformance)
 
-    from xcomp.bench import BLOCK
+    from xcomp.report.bench import BLOCK
 
     p = sub.add_parser("bench", help="time a model on targets against baselines; write a report",
                        description="Compile a model, then time it and each baseline on the same random inputs, "

@@ -95,7 +95,7 @@ def schedule_group(group, ctx, knobs):
 
 def schedule_module(mod, groups, ctx, best_knobs=None, progress=True):
     """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once."""
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
 
     best_knobs = best_knobs or {}
     choices = {}
@@ -142,8 +142,8 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
     replay the model's kernels as CUDA graphs (CUDA targets only)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
-    from xcomp.module import Module
-    from xcomp.partition import partition
+    from xcomp.runtime.module import Module
+    from xcomp.graph.partition import partition
 
     timings = {}
     with bar(total=4, desc="compile", unit="step", enabled=progress, leave=False) as steps:
@@ -162,7 +162,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         mod, groups = partition(imported.mod, backend.spec, notes)
         best_knobs = None
         if tune_db is not None:
-            from xcomp.db import TuningDB
+            from xcomp.autotune.db import TuningDB
 
             with TuningDB(tune_db) as db:
                 best_knobs = db.best_knobs(groups, backend.target_string, backend.spec.fingerprint())

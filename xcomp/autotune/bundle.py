@@ -70,7 +70,7 @@ class BundleRunner(Runner):
     def _new_bundle(self, target):
         import tvm
 
-        import xcomp
+        from xcomp.version import __version__
 
         shutil.rmtree(os.path.join(self.folder, LIBS), ignore_errors=True)  # leftovers of an interrupted run
         os.makedirs(os.path.join(self.folder, LIBS))
@@ -78,7 +78,7 @@ class BundleRunner(Runner):
         shutil.copy(timing.__file__, os.path.join(self.folder, TIMING_MODULE))
         self.manifest = {
             "format": bundle_run.FORMAT, "bundle_id": uuid.uuid4().hex, "created": time.time(),
-            "xcomp_version": xcomp.__version__, "tvm_version": tvm.__version__, "target": target,
+            "xcomp_version": __version__, "tvm_version": tvm.__version__, "target": target,
             "device": bundle_run.device_kind(target), "arch": target.partition(":")[2],
             "measure": self.settings, "workloads": {}, "items": []}
         return self.manifest

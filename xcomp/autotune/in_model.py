@@ -7,7 +7,7 @@ docs/decisions/in-model-step.md.
 
 So after the search the model is compiled once per rank, build 0 giving every group its default config and
 build i its i-th fastest other config, and the builds run in turns, one run each at a time (rounds x runs),
-each group's calls timed inside them (profile.interleaved_in_model_times). A tuned config is chosen only where
+each group's calls timed inside them (runtime/group_times.py). A tuned config is chosen only where
 it was faster than the default in every round (choose); elsewhere the default stays. The pick's times go to the
 database as a record of their own timing (Timing.IN_MODEL), replacing the group's earlier one; being the
 group's newest record, it is what `compile --db` uses, until a later search measures the group again.
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from xcomp.db import Record, canonical_knobs
+from xcomp.autotune.db import Record, canonical_knobs
 from xcomp.progress import bar
 from xcomp.timing import Timing
 
@@ -48,7 +48,7 @@ def time_configs_in_model(build, configs: dict, rounds: int = ROUNDS, runs: int 
     """{group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}: each group's configs
     (`configs`: {group key: [canonical knobs, ...]}) timed inside the model. build({group key: knobs}) ->
     xcomp.Module; build i gives each group its i-th config (its last where it has fewer)."""
-    from xcomp.profile import interleaved_in_model_times
+    from xcomp.runtime.group_times import interleaved_in_model_times
 
     ranks = max(len(knobs) for knobs in configs.values())
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason, request_timing
 from xcomp.autotune.bundle_run import random_args  # noqa: F401 - re-exported: profiles and tests make inputs too
-from xcomp.db import Record
+from xcomp.autotune.db import Record
 from xcomp.timing import Timing
 
 # -- results ----------------------------------------------------------------------------------------------------
@@ -217,6 +217,6 @@ class LocalRunner(Runner):
 def func_params(func) -> list:
     """[(shape, dtype)] of a PrimFunc's buffers, for the runner to make arguments (a symbolic dim at 1, the size
     `xcomp run` and `bench` use; per-group profiles time symbolic groups there, the tuner skips them)."""
-    from xcomp.partition import at_smallest, func_buffers
+    from xcomp.graph.partition import at_smallest, func_buffers
 
     return [(tuple(at_smallest(d) for d in buf.shape), str(buf.dtype)) for buf in func_buffers(func)]

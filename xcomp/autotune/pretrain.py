@@ -24,7 +24,7 @@ def training_set(models, db_paths, target="cpu"):
     from xcomp.autotune.tuner import model_tasks
     from xcomp.backends import get_backend
     from xcomp.costmodel import FeatureExtractor
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
 
     backend = get_backend(target)
     tasks = {}
@@ -55,7 +55,7 @@ def training_set(models, db_paths, target="cpu"):
 def main(argv=None):
     from xcomp.costmodel import CostModel
     from xcomp.costmodel.model import PRETRAINED_PATH
-    from xcomp.examples import resolve
+    from xcomp.frontends.examples import resolve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", action="append", required=True, help="tuning database (repeatable)")

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 
-from xcomp.db import canonical_knobs
+from xcomp.autotune.db import canonical_knobs
 
 
 def mutate(knobs: dict, space: dict, rng: random.Random) -> dict:

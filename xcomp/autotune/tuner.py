@@ -24,7 +24,7 @@ import numpy as np
 from xcomp.progress import bar
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
-from xcomp.db import TuningDB, canonical_knobs
+from xcomp.autotune.db import TuningDB, canonical_knobs
 from xcomp.errors import UserError, describe
 from xcomp.autotune.measure import LocalBuilder, LocalRunner, MeasurementDeferred, Workload, func_params
 from xcomp.autotune import in_model
@@ -76,7 +76,7 @@ def model_tasks(model, backend, input_shapes, input_values=None):
 
     from xcomp import schedules
     from xcomp.frontends import load_onnx
-    from xcomp.partition import partition, unique_groups
+    from xcomp.graph.partition import partition, unique_groups
 
     imported = load_onnx(model, input_shapes, input_values)
     _, groups = partition(imported.mod, backend.spec)

@@ -18,7 +18,7 @@ def gemm_shape(func) -> dict | None:
     """{batch, m, n, k, dtype} of a matmul-kind group's PrimFunc; None when it has no static reduction block."""
     from tvm import s_tir, tirx
 
-    from xcomp.partition import _has_root, func_buffers
+    from xcomp.graph.partition import _has_root, func_buffers
 
     sch = s_tir.Schedule(func)
     if not _has_root(sch):
@@ -110,7 +110,7 @@ def blas_rows(module, profile_rows, repeat: int = 20) -> list | None:
     """One row per matmul group of a measured module: xcomp's per-group median against the vendor BLAS's
     (`vendor_gemm`), both timed alone (the profile row's in-model time would set a cold kernel against a warm
     BLAS). None when the target is a GPU that torch cannot reach here."""
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
 
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
     rows = []

@@ -6,7 +6,7 @@ import datetime
 
 import numpy as np
 
-from xcomp.bench import BLOCK
+from xcomp.report.bench import BLOCK
 
 
 def _now() -> str:
@@ -23,7 +23,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
                    profile_groups=True, blas=True, input_values=None, torch_model=None, block=BLOCK) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
-    `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.bench.alternating_blocks).
+    `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.report.bench.alternating_blocks).
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
     `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
     from xcomp.backends import get_backend

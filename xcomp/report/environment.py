@@ -66,10 +66,10 @@ def blas_library() -> str:
 
 
 def versions() -> dict:
-    import xcomp
+    from xcomp.version import __version__
 
     return {
-        "xcomp": xcomp.__version__,
+        "xcomp": __version__,
         "python": sys.version.split()[0],
         "tvm": _version("tvm"),
         "onnx": _version("onnx"),

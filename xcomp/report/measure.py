@@ -1,5 +1,5 @@
 """Measuring on this machine: compile each runnable target, time every target and baseline in alternating blocks
-on the same inputs (xcomp.bench.alternating_blocks), then profile each target's operator groups (and set GEMM
+on the same inputs (xcomp.report.bench.alternating_blocks), then profile each target's operator groups (and set GEMM
 groups against BLAS)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from xcomp.bench import BLOCK
+from xcomp.report.bench import BLOCK
 
 from . import torch_baseline
 from .stats import latency_summary, throughput
@@ -28,9 +28,9 @@ def _max_abs_diff(ours: list, theirs: list) -> float:
 
 def _default_vs_tuned(module, rows, repeat: int) -> None:
     """For groups built from tuning records, also time the template default: the tuning gain per group."""
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
     from xcomp.pipeline import schedule_group
-    from xcomp.profile import time_func
+    from xcomp.report.profile import time_func
 
     reps = {key: rep for key, (rep, _count) in unique_groups(module.groups).items()}
     for row in rows:
@@ -46,8 +46,8 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
     `torch_model` a torch.export file for the torch baselines."""
     import xcomp
-    from xcomp.bench import ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized, \
-        alternating_blocks
+    from xcomp.report.bench import (ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized,
+                                     alternating_blocks)
 
     from .blas import blas_rows
 
@@ -148,7 +148,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
             roofs = _peak_at_least_every_rate(roofs, entry, baseline_entries.values())
             entry["roofs"] = roofs
         if profile_groups:
-            from xcomp.profile import profile_module
+            from xcomp.report.profile import profile_module
 
             rows = profile_module(module, progress=progress, roofs=roofs)
             _default_vs_tuned(module, rows, repeat=5)
@@ -186,7 +186,7 @@ def _peak_at_least_every_rate(roofs, entry, baselines):
 def model_flops(module):
     """Arithmetic operations in one inference (sum over groups of flops x count); None when a symbolic dim
     leaves the count open."""
-    from xcomp.partition import total_flops
+    from xcomp.graph.partition import total_flops
 
     return None if any(g.symbols for g in module.groups) else total_flops(module.groups)
 

@@ -37,7 +37,7 @@ def group_bound(flops: float, nbytes: float, spec, dtype: str = "float32") -> tu
 
 def predict_groups(groups, spec) -> list:
     """Per unique group: the roofline bound (predicted), slowest total first."""
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
 
     rows = []
     for key, (rep, count) in unique_groups(groups).items():
@@ -57,7 +57,7 @@ def predict_target(model, target: str, input_shapes=None, reason: str = "", inpu
     """A report target entry with status 'predicted' (no latency field is ever filled from a prediction)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
-    from xcomp.partition import partition
+    from xcomp.graph.partition import partition
 
     backend = get_backend(target)
     spec = backend.spec

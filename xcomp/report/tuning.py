@@ -11,7 +11,7 @@ def tuning_curves(db_path, targets: list) -> dict:
     and cold do not make one curve). Records are ordered by `created`; a failed candidate counts as a trial but
     does not lower the curve. Configs timed again inside the model (Timing.IN_MODEL) are no trials."""
     from xcomp.backends.base import HardwareSpec
-    from xcomp.db import TuningDB
+    from xcomp.autotune.db import TuningDB
     from xcomp.timing import Timing
 
     curves = []

@@ -17,7 +17,7 @@ def describe(model, target="cpu", input_shapes=None, input_values=None) -> dict:
 def _describe(model, target, input_shapes, input_values) -> dict:
     from xcomp.backends import get_backend
     from xcomp.frontends import onnx as fe
-    from xcomp.partition import expr_text, flops_expr, partition, total_flops, unique_groups
+    from xcomp.graph.partition import expr_text, flops_expr, partition, total_flops, unique_groups
 
     backend = get_backend(target)
     proto, folder, label = fe._read_proto(model)

@@ -110,7 +110,7 @@ def prepare_for_layout(func, lanes: int):
             return relax.const(value.reshape(())) if value.ndim else expr
         return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
 
-    from xcomp.passes import bound_value
+    from xcomp.graph.passes import bound_value
     from xcomp.schedules.cpu.legalize import constant_f32
 
     padded = {}  # var of a channel-padded result -> the channels to keep
@@ -193,7 +193,7 @@ def BlockedConvLayout(lanes: int, notes: list | None = None):  # noqa: N802 (nam
     import tvm
     from tvm import relax
 
-    from xcomp.passes import function_pass
+    from xcomp.graph.passes import function_pass
 
     def desired(call):
         return {"relax.nn.conv2d": conv_layouts(call, lanes)} if call.op.name == "relax.nn.conv2d" else {}

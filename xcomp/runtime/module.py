@@ -14,7 +14,7 @@ import numpy as np
 
 from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
-from xcomp.signature import concrete_shape, dim_sizes, is_symbolic
+from xcomp.runtime.signature import concrete_shape, dim_sizes, is_symbolic
 from xcomp.timing import time_calls
 
 ARTIFACT_FORMAT = 1
@@ -403,7 +403,7 @@ def load(path) -> Module:
 
     from xcomp.backends import get_backend
     from xcomp.errors import TargetError
-    from xcomp.partition import OpGroup
+    from xcomp.graph.partition import OpGroup
 
     zf, meta = _read_artifact(path)
     with zf:

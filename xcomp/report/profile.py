@@ -9,7 +9,8 @@ import numpy as np
 
 from xcomp.errors import UserError
 from xcomp.progress import bar
-from xcomp.timing import Timing, time_in_model, time_kernel
+from xcomp.runtime.group_times import in_model_times
+from xcomp.timing import Timing, time_kernel
 
 
 def time_func(func, backend, repeat: int, min_repeat_ms: int):
@@ -31,34 +32,6 @@ def roofline_ms(flops: float, nbytes: float, spec) -> float:
     compute = flops / spec.peak() * 1e3 if spec.peak() else 0.0
     memory = nbytes / spec.mem_bandwidth * 1e3 if spec.mem_bandwidth else 0.0
     return max(compute, memory)
-
-
-def in_model_times(module, runs: int = 10) -> dict:
-    """{group name: [ms per call, ...]} timed inside whole runs of the model (a VM instrument around every call).
-    Unlike a group timed alone, each call finds its inputs where the previous group left them and its weights
-    wherever the rest of the model evicted them to, so large-weight convs take longer than alone
-    (docs/decisions/in-model-step.md). Each time includes the instrument's own overhead, a few microseconds."""
-    return interleaved_in_model_times([module], runs)[0]
-
-
-def interleaved_in_model_times(modules, runs: int = 10) -> list:
-    """in_model_times of each module (one dict per module), their runs alternating (timing.time_in_model), so a
-    drift of the machine's speed reaches them alike (modules of one model built with different configs are
-    compared so)."""
-    import tvm
-    from tvm import relax
-
-    from xcomp.module import runtime_checks_as_input_errors
-
-    machines = []
-    with runtime_checks_as_input_errors():
-        for module in modules:
-            vm = relax.VirtualMachine(module._executable, module.backend.device())
-            inputs = module.random_inputs(0)  # (a whole feed: the inputs fixed at compile time are not arguments)
-            args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
-            vm["main"](*args)  # warm-up, uninstrumented
-            machines.append((vm, args))
-        return time_in_model(machines, runs)
 
 
 @dataclasses.dataclass
@@ -117,7 +90,7 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     achieved rates and % of roofline come from the in-model time, which is what the model spends; only when no
     group was seen running (in_model_times found no kernel calls) do they fall back to the time alone, and
     rates_from says which. The roofline is the spec's, or `roofs` (Backend.measured_roofs) where given."""
-    from xcomp.partition import unique_groups
+    from xcomp.graph.partition import unique_groups
     from xcomp.pipeline import schedule_group
 
     backend = module.backend

@@ -57,10 +57,10 @@ def graph_passes(spec, notes: list | None = None):
     from tvm import relax
 
     from xcomp import schedules
-    from xcomp.const_fold import FoldConstantsNumpy
-    from xcomp.fold_affine import FoldConvAffine
-    from xcomp.layout import BlockedConvLayout
-    from xcomp.scalar_kernels import isolate_scalar_arg_kernels
+    from xcomp.graph.const_fold import FoldConstantsNumpy
+    from xcomp.graph.fold_affine import FoldConvAffine
+    from xcomp.graph.layout import BlockedConvLayout
+    from xcomp.graph.scalar_kernels import isolate_scalar_arg_kernels
 
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
     fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
@@ -84,7 +84,7 @@ def graph_passes(spec, notes: list | None = None):
             relax.transform.FuseTIR(),
             relax.transform.DeadCodeElimination(),
         ],
-        name="xcomp.partition",
+        name="xcomp.graph.partition",
     )
 
 

@@ -86,7 +86,7 @@ def fold_constants(func):
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    from xcomp.passes import bound_value
+    from xcomp.graph.passes import bound_value
 
     @mutator
     class _Folder(PyExprMutator):
@@ -107,6 +107,6 @@ def fold_constants(func):
 
 
 def FoldConstantsNumpy():  # noqa: N802 (named like the TVM passes it sits among)
-    from xcomp.passes import function_pass
+    from xcomp.graph.passes import function_pass
 
     return function_pass(fold_constants, "xcomp.FoldConstantsNumpy")

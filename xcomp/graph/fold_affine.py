@@ -142,6 +142,6 @@ def fold_conv_affine(func):
 
 def FoldConvAffine():  # noqa: N802 (named like the TVM passes it sits among)
     """The Relax function pass running fold_conv_affine on every function."""
-    from xcomp.passes import function_pass
+    from xcomp.graph.passes import function_pass
 
     return function_pass(fold_conv_affine, "xcomp.FoldConvAffine")

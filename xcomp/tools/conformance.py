@@ -20,8 +20,8 @@ import numpy as np
 from xcomp.progress import bar
 
 from xcomp.errors import describe
-from xcomp.examples import read_test_data
-from xcomp.known_gaps import known_gap
+from xcomp.frontends.examples import read_test_data
+from xcomp.tools.known_gaps import known_gap
 
 SETS = ("node", "light", "pytorch-converted", "pytorch-operator", "simple")
 OPSET_RANGE = (7, 22)  # --sample's node cases
@@ -57,7 +57,7 @@ def _node_cases():
 def _file_cases(set_name):
     import onnx
 
-    from xcomp.examples import data_root
+    from xcomp.frontends.examples import data_root
 
     folder = os.path.join(data_root(), set_name)
     paths = sorted(glob.glob(os.path.join(folder, "*.onnx"))) + sorted(glob.glob(os.path.join(folder, "*",
@@ -250,7 +250,7 @@ def by_op(results) -> dict:
 
 def summary(results) -> dict:
     """Counts of verdicts, and issue 6's bar: of the cases at opsets 7..21 that onnxruntime passes, those xcomp
-    does not are either known gaps (listed with their reason in xcomp/known_gaps.py) or `unexplained` (each one
+    does not are either known gaps (listed with their reason in xcomp/tools/known_gaps.py) or `unexplained` (each one
     a bug to fix or a gap to list)."""
     verdicts = collections.Counter(r["xcomp"] for r in results)
     ort_passes = [r for r in results if r.get("onnxruntime") == "pass"]
@@ -282,7 +282,7 @@ def summary_lines(s) -> list:
              f"are known gaps (each with its reason) and {len(s['unexplained'])} are not"
              + (f": {', '.join(s['unexplained'][:20])}" if s["unexplained"] else ".")]
     if s["known_gaps_now_passing"]:
-        lines.append(f"listed as known gaps but passing now (take them off xcomp/known_gaps.py): "
+        lines.append(f"listed as known gaps but passing now (take them off xcomp/tools/known_gaps.py): "
                      f"{', '.join(s['known_gaps_now_passing'])}")
     lines.append(f"{s['xcomp_pass_with_fixed_inputs']} of xcomp's passes had shape-setting inputs fixed at compile "
                  "time (--input-value, from the case's data), as a user must.")

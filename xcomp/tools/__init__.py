@@ -1,0 +1,1 @@
+"""Tools around the compiler: `xcomp conformance` with its list of known gaps, and `xcomp info`."""
