@@ -305,11 +305,13 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
          "quarter_vector_groups"],
 )
 def test_conv(args, backend):
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.conv_depthwise import DepthwiseConvTemplate
+    from xcomp.schedules.cpu.conv_unpacked import UnpackedConvTemplate
 
     module = _compile_and_check(conv_model(**args), _inputs(x=(1, args["c_in"], args["size"], args["size"])))
     (group,) = _groups(module, "conv")
-    template = ConvTemplate(group.func, backend.schedule_context())
+    template = get_template(group.func, backend.schedule_context())
     depthwise = args.get("group", 1) == args["c_in"] == args["c_out"]
     # channel vectors narrower than half the SIMD width (and than 4) are not worth packing a grouped conv for, nor
     # narrower than the SIMD width for a 1x1 conv on a map of lanes x lanes pixels or more
@@ -317,12 +319,13 @@ def test_conv(args, backend):
     pointwise_map = args["kernel"] == 1 and args["size"] ** 2 >= lanes * lanes
     minimum = (lanes if pointwise_map else max(4, lanes // 2)) if groups > 1 else 4
     narrow = not depthwise and math.gcd(args["c_out"] // groups, lanes) < minimum
-    assert (template.lanes == 0) == narrow, template.lanes
+    assert isinstance(template, UnpackedConvTemplate) == narrow, type(template)
+    assert isinstance(template, DepthwiseConvTemplate) == depthwise, type(template)
     if narrow:
         assert template.fused_pixels == (args["kernel"] == 1)
     extra = []
     if depthwise:  # the input is copied into channel vectors first
-        assert template.pad_name == "data_pack" and template.depthwise
+        assert template.pad_name == "data_pack"
         # both tiles: channel vectors, and pixel vectors along rows of the copy made NCHW again (the default at
         # stride 1 when a row holds a whole SIMD vector)
         wide = args.get("stride", 1) == 1 and args["size"] >= backend.spec.simd_width
@@ -341,7 +344,7 @@ def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(back
     computes the right values."""
     from tvm import s_tir, tirx
 
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu import get_template
 
     nodes = [helper.make_node("Conv", ["g", "W", "B"], ["e"], kernel_shape=[1, 1]),
              helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
@@ -350,7 +353,7 @@ def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(back
                        [_value("y", (1, 32, 12, 12))], [_const("W", (32, 16, 1, 1), 1), _const("B", (32,), 2)])
     module = _compile_and_check(model, _inputs(g=(1, 16, 1, 1), m=(1, 32, 12, 12)))
     (group,) = _groups(module, "conv")
-    template = ConvTemplate(group.func, backend.schedule_context())
+    template = get_template(group.func, backend.schedule_context())
     for knobs in check_configs(group.func, template, backend, samples=6, enumerated=3):
         sch = s_tir.Schedule(group.func)
         template.apply(sch, knobs)
@@ -368,7 +371,8 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     import dataclasses
 
     from xcomp.schedules.cpu.common import tile_fma_rate
-    from xcomp.schedules.cpu.conv import ConvTemplate, channel_tile_rate
+    from xcomp.schedules.cpu.conv import channel_tile_rate
+    from xcomp.schedules.cpu.conv_blocked import BlockedConvTemplate
 
     spec = backend.spec  # 2 FMA pipes, 2 load ports, 4 cycles FMA latency, as on every x86 core here
     assert tile_fma_rate(spec, 14, 15) == pytest.approx(14 / 7.5)  # 15 loads on 2 ports
@@ -378,8 +382,8 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     module = xcomp.compile(conv_model(c_in=4 * lanes, c_out=4 * lanes, size=14, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
     spec = dataclasses.replace(backend.spec, vector_registers=16)
-    template = ConvTemplate(group.func, _context(spec))
-    assert template.blocked and template.blocked_input
+    template = BlockedConvTemplate(group.func, _context(spec))
+    assert template.blocked_input
 
     def rate(knobs):
         weight_bytes = knobs["co_block"] * template.reduce_volume * lanes * 4
@@ -430,9 +434,10 @@ def test_conv_weights_beyond_a_quarter_of_l2_run_in_input_channel_passes(backend
 def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, direct_convs):
     """Partial sums carried across passes, then the epilogue: forced to passes of 2 input vectors, a blocked conv
     (with bias, relu and a residual add) matches, and so do sampled configs of any pass size."""
-    from xcomp.schedules.cpu import conv
+    from xcomp.schedules.cpu import conv, conv_blocked
 
-    monkeypatch.setattr(conv, "ci_chunk", lambda spec, lanes, co_block, ci_blocks, taps: 2)
+    for owner in (conv, conv_blocked):  # the default tile's size and its ci_chunk knob
+        monkeypatch.setattr(owner, "ci_chunk", lambda spec, lanes, co_block, ci_blocks, taps: 2)
     channels, size = 4 * backend.spec.simd_width, 10
     nodes = [helper.make_node("Conv", ["x", "W1"], ["a"], kernel_shape=[1, 1]),
              helper.make_node("Conv", ["a", "W2", "B"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
@@ -443,7 +448,7 @@ def test_conv_in_input_channel_passes_matches_onnxruntime(backend, monkeypatch, 
                        inits)
     module = _compile_and_check(model, _inputs(x=(1, channels, size, size)))
     (group,) = [g for g in _groups(module, "conv") if "3x3" in g.signature]
-    template = conv.ConvTemplate(group.func, backend.schedule_context())
+    template = conv_blocked.BlockedConvTemplate(group.func, backend.schedule_context())
     assert template.blocked_input and template.default_knobs()["ci_chunk"] == 2
     assert template.knob_space()["ci_chunk"] == [0, 1, 2]
     check_configs(group.func, template, backend, samples=6, enumerated=2)
@@ -456,17 +461,18 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     bandwidth), or a config walks rows outermost, it does not prefetch."""
     import dataclasses
 
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu.conv_blocked import BlockedConvTemplate
 
     lanes = backend.spec.simd_width
     module = xcomp.compile(conv_model(c_in=2 * lanes, c_out=4 * lanes, size=7, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
     spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
-    template = ConvTemplate(group.func, _context(spec))
+    template = BlockedConvTemplate(group.func, _context(spec))
     knobs = {**template.default_knobs(), "co_block": 1, "oh_block": 1, "order": "co_outer"}
     assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
     assert not _prefetches(template, {**knobs, "order": "oh_outer"})
-    assert not _prefetches(ConvTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))), knobs)
+    assert not _prefetches(BlockedConvTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))),
+                           knobs)
 
     counts = _prefetches_per_line(group.func, template, knobs, backend)
     tile_lines = len(counts) // 4  # 4 channel tiles of one vector (co_block 1)
@@ -523,13 +529,14 @@ def test_padded_conv_columns_match_onnxruntime(shape, backend, monkeypatch, dire
     """Whatever width the policy picks, extra columns (each repeating the last real one) are cropped: forced to
     three more, a conv with its epilogue and a bare conv whose output is the cropped block still match."""
     from xcomp.schedules.cpu import conv
+    from xcomp.schedules.cpu.conv_blocked import BlockedConvTemplate
 
     monkeypatch.setattr(conv, "padded_width", lambda spec, lanes, co_blocks, rows, width, *rest: width + 3)
     channels = 2 * backend.spec.simd_width
     module = _compile_and_check(conv_model(channels, channels, **shape), _inputs(x=(1, channels, shape["size"],
                                                                                      shape["size"])))
     (group,) = _groups(module, "conv")
-    template = conv.ConvTemplate(group.func, backend.schedule_context())
+    template = BlockedConvTemplate(group.func, backend.schedule_context())
     out = (shape["size"] + 2 * shape.get("pad", 0) - shape["kernel"]) // shape.get("stride", 1) + 1
     assert template.out_w == out + 3
     check_configs(group.func, template, backend, samples=4, enumerated=2)
@@ -656,14 +663,14 @@ def test_winograd_cross_compiles(target):
 def test_convs_winograd_does_not_pay_for_stay_direct(shape, backend):
     """Fewer than 4 channel vectors, an output under 8x8, a stride: the direct conv template."""
     from xcomp.schedules.cpu import get_template
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu.conv import DirectConvTemplate
 
     lanes = backend.spec.simd_width
     shape = {**shape, "c_in": shape["c_in"] * lanes // 8, "c_out": shape["c_out"] * lanes // 8}
     module = xcomp.compile(conv_model(**shape))
     (group,) = _groups(module, "conv")
     assert "winograd" not in group.name
-    assert isinstance(get_template(group.func, backend.schedule_context()), ConvTemplate)
+    assert isinstance(get_template(group.func, backend.schedule_context()), DirectConvTemplate)
 
 
 # -- the generic template ------------------------------------------------------------------------------------

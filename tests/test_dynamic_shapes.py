@@ -58,7 +58,7 @@ def test_cnn_serves_every_batch():
     from tvm import s_tir
 
     from xcomp.schedules import get_template
-    from xcomp.schedules.cpu.conv import ConvTemplate
+    from xcomp.schedules.cpu.conv import DirectConvTemplate
 
     model = cnn("N")
     module = xcomp.compile(model)
@@ -68,7 +68,7 @@ def test_cnn_serves_every_batch():
     # a symbolic batch is only the outermost loop: the convs keep their register-tiled template
     for group in (g for g in module.groups if g.kind == "conv"):
         template = get_template(group.func, module.backend.schedule_context())
-        assert isinstance(template, ConvTemplate)
+        assert isinstance(template, DirectConvTemplate)
         template.apply(s_tir.Schedule(group.func), template.default_knobs())  # no silent fallback
 
 

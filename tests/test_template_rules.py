@@ -40,7 +40,7 @@ def test_every_family_ends_with_a_rule_that_claims_any_group(target):
 
 
 @pytest.mark.parametrize("model,note", [
-    (lambda: _conv(["H", "W"]), "conv template declined: needs every extent but the batch static"),
+    (lambda: _conv(["H", "W"]), "conv_unpacked template declined: needs every extent but the batch static"),
     (_int_matmul, "matmul template declined: schedules float32 only"),
 ])
 def test_a_declining_template_is_a_compile_note_and_the_next_rule_schedules(model, note):
@@ -59,6 +59,36 @@ def test_a_bug_in_a_template_is_an_internal_error_not_a_slower_fallback(monkeypa
     def broken(self, func, ctx):
         raise AttributeError("a typo in the template")
 
-    monkeypatch.setattr(conv.ConvTemplate, "__init__", broken)
+    monkeypatch.setattr(conv.DirectConvTemplate, "__init__", broken)
     with pytest.raises(InternalError, match=r"template for group .*conv.* failed: .*a typo in the template"):
         xcomp.compile(_conv([16, 16]))
+
+
+def _conv_group(**args):
+    """The one conv group of conv_model(**args) (tests/test_cpu_schedules.py), compiled for this CPU."""
+    from test_cpu_schedules import conv_model
+
+    (group,) = [g for g in xcomp.compile(conv_model(**args)).groups if g.kind == "conv"]
+    return group
+
+
+# a conv of each form, as conv_model's arguments, and the rule that schedules it
+CONV_FORMS = {
+    "winograd": dict(c_in=64, c_out=64, size=14, kernel=3, pad=1),
+    "conv_blocked": dict(c_in=32, c_out=32, size=10, kernel=1),
+    "conv_packed": dict(c_in=16, c_out=32, size=8, kernel=3, pad=1, group=2),
+    "conv_depthwise": dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
+    # 6 channels per group fill no vector: OIHW weights
+    "conv_unpacked": dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
+}
+
+
+@pytest.mark.parametrize("rule_name", list(CONV_FORMS))
+def test_each_conv_form_is_claimed_by_its_own_rule_alone(rule_name):
+    from xcomp.schedules.cpu import RULES, get_template
+
+    group = _conv_group(**CONV_FORMS[rule_name])
+    ctx = get_backend("cpu").schedule_context()
+    (rule,) = [rule for rule in RULES[:-1] if rule.claims(group.func, group.kind, ctx)]
+    assert rule.name == rule_name
+    assert type(get_template(group.func, ctx)) is rule.template

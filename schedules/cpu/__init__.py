@@ -3,18 +3,25 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 
 from __future__ import annotations
 
-from ..analysis import is_winograd, root_blocks
 from ..rules import Rule, any_group, dispatch, of_kind
 from .common import CpuTemplate, GenericTemplate
-from .conv import ConvTemplate
+from .conv import of_form
+from .conv_blocked import BlockedConvTemplate
+from .conv_depthwise import DepthwiseConvTemplate
+from .conv_packed import PackedConvTemplate
+from .conv_unpacked import UnpackedConvTemplate
 from .legalize import legalize_map
 from .matmul import MatmulTemplate
 from .winograd import WinogradTemplate
 
 # In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
 RULES = [
-    Rule("winograd", lambda func, kind, ctx: kind == "conv" and _is_winograd(func), WinogradTemplate),
-    Rule("conv", of_kind("conv"), ConvTemplate),
+    # a conv group has one form (conv.conv_form): the template of its form schedules it, or the generic one
+    Rule("winograd", of_form("winograd"), WinogradTemplate),
+    Rule("conv_blocked", of_form("blocked"), BlockedConvTemplate),
+    Rule("conv_packed", of_form("packed"), PackedConvTemplate),
+    Rule("conv_depthwise", of_form("depthwise"), DepthwiseConvTemplate),
+    Rule("conv_unpacked", of_form("unpacked"), UnpackedConvTemplate),
     Rule("matmul", of_kind("matmul"), MatmulTemplate),
     Rule("generic", any_group, GenericTemplate),
 ]
@@ -24,12 +31,6 @@ def get_template(func, ctx, notes: list | None = None) -> CpuTemplate:
     """The template for a fused PrimFunc; a specialised template that declines the group (a symbolic extent it
     needs static, a dtype it does not vectorize) leaves it to the generic one, and says why in `notes`."""
     return dispatch(RULES, func, ctx, notes)
-
-
-def _is_winograd(func) -> bool:
-    from tvm import s_tir
-
-    return is_winograd(root_blocks(s_tir.Schedule(func), symbolic=True))
 
 
 __all__ = ["RULES", "legalize_map", "get_template"]

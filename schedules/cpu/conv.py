@@ -1,27 +1,34 @@
-"""Direct NCHW conv2d with a register-blocked accumulator tile, its epilogue (bias / batch norm / residual /
-relu) fused into the tile's write-back.
+"""Direct NCHW conv2d: what the templates of its forms share. Each form has a rule in cpu/__init__.py and a module
+of its own; `conv_form` tells them apart:
 
-Packed weights ([O/V, I, KH, KW, V], see legalize.py): the tile is `ow_block` output columns x `co_block`
-vectors of V output channels. Per (ci, kh, kw) it loads co_block weight vectors, broadcasts ow_block inputs and
-does co_block * ow_block FMAs into accumulators that stay in registers.
-Unpacked weights (grouped convs whose groups are too narrow to pack, e.g. 34 channels): the tile is `co_block`
-channels of one group x `pixel_block` vectors of output pixels, each weight broadcast. A 1x1 stride-1 conv runs
-over all pixels of a channel as one contiguous axis (28x28 = 49 vectors of 16), others over each row's columns.
-Depthwise convs (legalize.packed_depthwise_conv2d: the input copied into channel vectors, stage "data_pack") have
-both: `vectorize` "channels" runs the packed tile, "columns" the pixel-vector tile on the copy laid out as a
-padded NCHW image again (wide rows fill vectors without scattering every output vector across channel planes).
+- blocked (conv_blocked.py): NCHW{V}c output from blocked or NCHW data (legalize.blocked_conv2d).
+- packed (conv_packed.py): NCHW data and output with weights packed [O/V, I/groups, KH, KW, V], grouped or not
+  (legalize.packed_conv2d).
+- depthwise (conv_depthwise.py): the input first copied into channel vectors (legalize.packed_depthwise_conv2d).
+- unpacked (conv_unpacked.py): plain OIHW weights, the conv TVM lowers: grouped convs whose groups are too
+  narrow to pack (e.g. 34 channels), and what legalize.py leaves to TVM.
+
+Each has a register-blocked accumulator tile with the conv's epilogue (bias / batch norm / residual / relu) fused
+into the tile's write-back, one of two kinds:
+- ChannelTileConv, on packed weights: `ow_block` output columns x `co_block` vectors of V output channels. Per
+  (ci, kh, kw) it loads co_block weight vectors, broadcasts ow_block inputs and does co_block * ow_block FMAs into
+  accumulators that stay in registers.
+- PixelTileConv, on unpacked weights: `co_block` channels of one group x `pixel_block` vectors of output pixels,
+  each weight broadcast. A 1x1 stride-1 conv runs over all pixels of a channel as one contiguous axis (28x28 = 49
+  vectors of 16), others over each row's columns.
+A depthwise conv has both (its `vectorize` knob).
 """
 
 from __future__ import annotations
 
+import abc
 import math
 
-from ..analysis import mac_operands, main_reduction, root_blocks
+from ..analysis import is_winograd, main_reduction, root_blocks
 from ..template import Declined
 from . import prefetch
 from .common import (CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
                      parallelize, schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
-
 
 
 def accumulator_budget(spec) -> tuple:
@@ -121,8 +128,45 @@ def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     return best if useful_rate(best) >= own * MIN_PADDING_GAIN else width
 
 
-class ConvTemplate(CpuTemplate):
+# The block legalize.packed_depthwise_conv2d copies a depthwise conv's input into channel vectors with.
+DEPTHWISE_INPUT = "data_pack"
+
+
+def depthwise_input(infos):
+    """The block (BlockInfo) copying a depthwise conv's input into channel vectors, or None."""
+    return next((info for info in infos if info.name == DEPTHWISE_INPUT), None)
+
+
+def conv_form(infos) -> str:
+    """The form of a conv group's blocks (root_blocks): "winograd" (cpu/winograd.py), "depthwise", "blocked",
+    "packed" or "unpacked" (see the module doc)."""
+    if is_winograd(infos):
+        return "winograd"
+    if depthwise_input(infos) is not None:
+        return "depthwise"
+    main = main_reduction(infos)
+    if len(main.extents) == 8:
+        return "blocked"
+    return "packed" if any(len(read.source.shape) == 5 for read in main.block.reads) else "unpacked"
+
+
+def of_form(form: str):
+    """A rule's claims: a conv group of `form`."""
+    from tvm import s_tir
+
+    def claims(func, kind, ctx):  # noqa: ARG001 - the form is in the func
+        return kind == "conv" and conv_form(root_blocks(s_tir.Schedule(func), symbolic=True)) == form
+
+    return claims
+
+
+class DirectConvTemplate(CpuTemplate):
+    """The conv's shape, its padding stage, and the schedule around the register tile a subclass lays out
+    (`_tile`), from the fused epilogue's write-back to the padding copy."""
+
     kind = "conv"
+    form = ""  # the conv_form this template schedules
+    iteration = ("n", "co", "oh", "ow", "ci", "kh", "kw")  # the conv block's iter vars
 
     def __init__(self, func, ctx):
         from tvm import s_tir
@@ -130,179 +174,53 @@ class ConvTemplate(CpuTemplate):
         super().__init__(func, ctx)
         sch = s_tir.Schedule(func)
         infos = root_blocks(sch, symbolic=True)
+        form = conv_form(infos)
+        if form != self.form:
+            raise Declined(f"a {form} conv, not {self.form}")
         main = main_reduction(infos)
-        if len(main.extents) not in (7, 8):
-            raise Declined("expects (n, co, oh, ow, ci, kh, kw) or (n, co/V, oh, ow, V, ci, kh, kw)"
-                             " iteration")
+        if len(main.extents) != len(self.iteration):
+            raise Declined(f"expects ({', '.join(self.iteration)}) iteration")
         # a symbolic batch stays the outermost loop; tiles are sized from the static rest
         if any(None in info.extents[1:] for info in infos):
             raise Declined("needs every extent but the batch static")
         self.conv_name = main.name
-        self.blocked = len(main.extents) == 8  # NCHW{V}c output (legalize.blocked_conv2d)
-        if self.blocked:
-            _, blocks, self.out_h, self.out_w, self.lanes = main.extents[:5]
-            self.out_channels = blocks * self.lanes
-            # on blocked data the weight is [O/V, I/V, KH, KW, V, V]; on NCHW data [O/V, I, KH, KW, V]
-            self.blocked_input = any(len(r.source.shape) == 6 for r in main.block.reads)
-        else:
-            _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
-            weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
-            self.lanes = int(weights[0].shape[-1]) if weights else 0  # 0: weights not packed
+        self._read_shape(main, infos)
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
-        self.ci_blocks = ci // self.lanes if self.lanes else 0  # input-channel vectors, for ci_chunk
-        self.prefetch_pays = prefetch.pays(self.spec, self.out_h * self.out_w)  # each weight serves every pixel once
-        if not self.lanes:
-            self._describe_unpacked(main)
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
         # a real padding stage (a zero-width one is a copy and gets inlined)
         self.pad_name = next((b.name for b in infos if b.name in producers and not b.is_reduction
                               and not is_pure_copy(b)), None)
-        self.depthwise = "data_pack" in producers  # legalize.packed_depthwise_conv2d's channel-vector copy
-        if self.depthwise:  # the "columns" tile: vectors along each row; each channel reads its own input channel
-            self.groups, self.fused_pixels, self.pixels = 1, False, self.out_w
-            padded_w = int(next(r.source for r in main.block.reads if len(r.source.shape) == 5
-                                and r.source.name == "data_pack").shape[3])
-            self.unit_stride = padded_w - (kw - 1) == self.out_w
 
-    def _describe_unpacked(self, main):
-        """Groups and the vectorized pixel axis of a conv on plain OIHW weights."""
-        in_per_group, kh, kw = main.extents[4:]
-        weight = (self.out_channels, in_per_group, kh, kw)
-        loads = [tuple(int(d) if hasattr(d, "value") else None for d in load.source.shape)
-                 for load in mac_operands(main.block)]
-        data = next(shape for shape in loads if shape != weight)
-        self.groups = data[1] // in_per_group
-        # 1x1, stride 1, unpadded: a channel's pixels are one contiguous run (flattening turns y * W + x back
-        # into the pixel index), so vectors need not fit in a row
-        self.fused_pixels = kh == kw == 1 and data[2:] == (self.out_h, self.out_w)
-        self.pixels = self.out_h * self.out_w if self.fused_pixels else self.out_w
-
-    def _prefetches(self, knobs) -> bool:
-        """Does a config prefetch its next channel tile's weights (prefetch.py)? Where it pays on this hardware
-        (prefetch.pays: few pixels per weight) and the config walks channel tiles of several rows each, which
-        it needs to prefetch in. Not a knob: cold timing with the weights in the L3 does not see what it saves
-        inside a model, where part of them come from memory (docs/decisions/software-prefetch.md)."""
-        return (not self.depthwise and self.prefetch_pays and knobs["order"] == "co_outer"
-                and self.out_h // knobs.get("oh_block", 1) >= 2)
-
-    def _mark_prefetch(self, sch, conv, outer, kh, co_block: int) -> None:
-        """Fuse the (batch, channel tile, row) loops, run them in parallel, and mark them and the kernel-row loop
-        for prefetch.insert (in `finish`): each kernel row of a tile's later rows prefetches its share of the
-        next tile's weights. The same for a single core (the fused loop is then serial)."""
-        _, coo, oho = outer
-        tiles, rows = loop_extent(sch, coo), loop_extent(sch, oho)
-        weight_dims = 6 if self.blocked and self.blocked_input else 5
-        weight = next(r.source for r in sch.get(conv).reads if len(r.source.shape) == weight_dims)
-        fused = fuse_parallel(sch, outer, self.spec.cores)
-        slab = math.prod(int(d) for d in weight.shape[1:])  # one vector of output channels: [O/V, ...]
-        prefetch.mark(sch, fused, kh, weight.name, tiles, rows, co_block * slab)
-
-    def finish(self, func):
-        return prefetch.insert(func)
-
-    def _vector_choices(self) -> list:
-        """Lanes of the pixel vector: divisors of the pixel axis up to the SIMD width (7 and 14 included: a row
-        of 7 or 14 columns is better one short vector than scalars)."""
-        return [d for d in divisors(self.pixels, self.spec.simd_width) if d > 1] or [1]
+    def _read_shape(self, main, infos):  # noqa: ARG002 - the depthwise form reads its input copy
+        """Output channels, rows and columns, and the lanes of the packed weights (0: not packed), of an NCHW
+        conv."""
+        _, self.out_channels, self.out_h, self.out_w = main.extents[:4]
+        weights = [r.source for r in main.block.reads if len(r.source.shape) == 5]
+        self.lanes = int(weights[0].shape[-1]) if weights else 0
 
     # -- knobs ---------------------------------------------------------------------------------------------
 
     def knob_space(self):
-        # oh_block stacks output rows in the tile: the way to a full register tile when rows are short (7, 13, 14)
-        oh_blocks = divisors(self.out_h, 4)
-        if self.lanes:
-            space = {
-                "co_block": divisors(self.out_channels // self.lanes, 8),
-                "oh_block": oh_blocks,
-                "ow_block": divisors(self.out_w, 16),
-                "order": ["co_outer", "oh_outer"],
-                "unroll_kw": [True, False],
-            }
-            if self.blocked and self.blocked_input and self.ci_blocks > 1:  # vectors per input-channel pass
-                space["ci_chunk"] = [0] + divisors(self.ci_blocks, min(64, self.ci_blocks - 1))
-            if self.depthwise:  # co_block: channel vectors for "channels", channels for "columns"
-                space.update(vectorize=["channels", "columns"], vector=self._vector_choices(),
-                             pixel_block=list(range(1, 9)))
-        else:
-            space = {"co_block": divisors(self.out_channels // self.groups, 8),
-                     "oh_block": [1] if self.fused_pixels else oh_blocks,
-                     "vector": self._vector_choices(), "pixel_block": list(range(1, 9)),
-                     "unroll_kw": [True, False]}
+        space = self._tile_space()
         if self.pad_name:
             space["pad"] = ["stage", "inline"]
         return space
-
-    def valid(self, knobs):
-        rows = knobs.get("oh_block", 1)
-        if self._channel_vectors(knobs):
-            # a depthwise "channels" config leaves the "columns" knobs at their first value: one config each
-            if self.depthwise and (knobs["vector"], knobs["pixel_block"]) != (self._vector_choices()[0], 1):
-                return False
-            return self._registers_fit(knobs["co_block"], rows * knobs["ow_block"])
-        if self.depthwise and (knobs["ow_block"], knobs["order"]) != (1, "co_outer"):
-            return False  # the "channels" knobs, likewise
-        return (self._tile_fits(knobs["vector"], knobs["pixel_block"])
-                and knobs["co_block"] * rows * knobs["pixel_block"] <= accumulator_budget(self.spec)[1])
-
-    def _registers_fit(self, co_block: int, pixels: int, spare: int = 0) -> bool:
-        return registers_fit(self.spec, co_block, pixels, spare)
-
-    def _channel_vectors(self, knobs) -> bool:
-        """Does `knobs` tile over vectors of output channels (packed weights), not over pixel vectors?"""
-        return bool(self.lanes) and knobs.get("vectorize", "channels") == "channels"
-
-    def _tile_fits(self, vector: int, pixel_block: int) -> bool:
-        """The pixel tile divides the pixel axis; over fused pixels it must also be whole rows, or the fused
-        epilogue's (y, x) region would not be the tile's."""
-        tile = vector * pixel_block
-        return self.pixels % tile == 0 and (not self.fused_pixels or tile % self.out_w == 0)
 
     def default_knobs(self):
         knobs = {"unroll_kw": True, "oh_block": 1}
         if self.pad_name:
             knobs["pad"] = "stage"
-        if not self.lanes:
-            return self._default_unpacked(knobs)
-        blocked_input = self.blocked and self.blocked_input
-        knobs["co_block"], knobs["oh_block"], knobs["ow_block"] = channel_tile(
-            self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
-            blocked_input, self.taps)[1]
-        if blocked_input:
-            knobs["ci_chunk"] = ci_chunk(self.spec, self.lanes, knobs["co_block"], self.ci_blocks, self.taps)
-        # a channel tile's weights stay in cache across all its rows (docs/decisions/conv-register-tiles.md)
-        knobs["order"] = "co_outer"
-        if self.depthwise:
-            knobs.update(vectorize="channels", vector=self._vector_choices()[0], pixel_block=1)
-            if self.unit_stride and self.out_w >= self.spec.simd_width:
-                knobs.update(self._default_columns())
+        knobs.update(self._default_tile())
         return knobs
 
-    def _default_columns(self):
-        """Depthwise over rows that hold a whole SIMD vector, at stride 1: there pixel vectors along the rows beat
-        channel vectors, which win on shorter rows and at stride 2 (docs/decisions/conv-pixel-vectors.md). The
-        vector: a power of two of at least half the SIMD width when one divides the row, else the widest; then
-        the most accumulators within the default budget, the most of them along the row."""
-        space = self.knob_space()
-        budget = accumulator_budget(self.spec)[0]
-        even = [v for v in space["vector"] if v & (v - 1) == 0 and 2 * v >= self.spec.simd_width]
-        vector = max(even or space["vector"])
-        pixel_block, rows = max(((pb, oh) for pb in space["pixel_block"] for oh in space["oh_block"]
-                                 if pb * oh <= budget and self._tile_fits(vector, pb)),
-                                key=lambda t: (t[0] * t[1], t[0]), default=(1, 1))
-        return dict(vectorize="columns", vector=vector, pixel_block=pixel_block, oh_block=rows, co_block=1,
-                    ow_block=1, order="co_outer")
+    @abc.abstractmethod
+    def _tile_space(self) -> dict:
+        """knob name -> values of the tile's knobs."""
 
-    def _default_unpacked(self, knobs):
-        # the widest vector, then most accumulators within the default budget, favouring more channels (each
-        # input vector then feeds more FMAs)
-        space = self.knob_space()
-        budget = accumulator_budget(self.spec)[0]
-        knobs["vector"], knobs["co_block"], knobs["pixel_block"] = max(
-            ((v, cb, pb) for v in space["vector"] for cb in space["co_block"] for pb in space["pixel_block"]
-             if cb * pb <= budget and self._tile_fits(v, pb)),
-            key=lambda t: (t[0], t[1] * t[2], t[1]), default=(space["vector"][-1], 1, 1))
-        return knobs
+    @abc.abstractmethod
+    def _default_tile(self) -> dict:
+        """The tile's knobs in the default config."""
 
     # -- schedule ------------------------------------------------------------------------------------------
 
@@ -311,59 +229,9 @@ class ConvTemplate(CpuTemplate):
         inline_injective(sch, keep=keep)
         conv = sch.get_sblock(self.conv_name)
         epilogue = tile_epilogue(sch, conv)
-        lanes = self.lanes if self._channel_vectors(knobs) else 0
-        if lanes and not self.blocked:
-            # accumulator vectors run over output channels: make them the innermost (contiguous) axis, or LLVM
-            # gathers every accumulator from a strided tile on each FMA instead of keeping it in a register
-            sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, c // lanes, h, w, c % lanes))
-        if self.blocked:
-            n, co, oh, ow, cov, ci, kh, kw = sch.get_loops(conv)
-            coo, cob = sch.split(co, [None, knobs["co_block"]])
-            # the input's channel vector innermost of the reduction: V contiguous loads per tap
-            passes = []
-            if self.blocked_input:
-                cio, cii = sch.split(ci, [None, lanes])
-                if knobs.get("ci_chunk"):
-                    # input-channel passes (see ci_chunk): partial sums wait in the output tile between passes
-                    chunk, cio = sch.split(cio, [None, knobs["ci_chunk"]])
-                    passes = [chunk]
-                reduction = [cio, kh, kw, cii]
-            else:
-                reduction = [ci, kh, kw]
-        else:
-            n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
-            reduction, passes = [ci, kh, kw], []
-        if lanes:
-            oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
-            owo, owi = sch.split(ow, [None, knobs["ow_block"]])
-            if not self.blocked:
-                coo, cob, cov = sch.split(co, [None, knobs["co_block"], lanes])
-            outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
-            tile = owo
-            # pixel-major inside the tile: each input broadcast feeds co_block FMAs at once and dies, so the live
-            # registers are the accumulators, co_block weight vectors and one broadcast (channel-major would keep
-            # every pixel's broadcast live across the channel loop: docs/decisions/conv-register-tiles.md)
-            sch.reorder(*outer, *passes, owo, *reduction, ohi, owi, cob, cov)
-            for loop in (cob, ohi, owi):
-                sch.unroll(loop)
-            sch.vectorize(cov)
-        else:
-            # channels split by group first, so the input channel (group * in_per_group + ci) is loop-invariant
-            # across the channel tile
-            group, in_group = sch.split(co, [self.groups, None])
-            cgo, cb = sch.split(in_group, [None, knobs["co_block"]])
-            if self.fused_pixels:
-                outer, rows, pixels = [n, group, cgo], [], sch.fuse(oh, ow)
-            else:
-                oho, ohi = sch.split(oh, [None, knobs["oh_block"]])
-                outer, rows, pixels = [n, group, cgo, oho], [ohi], ow
-            tile, pb, pv = sch.split(pixels, [None, knobs["pixel_block"], knobs["vector"]])
-            sch.reorder(*outer, tile, ci, kh, kw, cb, *rows, pb, pv)
-            for loop in (cb, *rows, pb):
-                sch.unroll(loop)
-            sch.vectorize(pv)
+        outer, tile, reduction, passes = self._tile(sch, conv, knobs)
         if knobs["unroll_kw"]:
-            sch.unroll(kw)
+            sch.unroll(reduction[2])
         if passes:  # the epilogue waits for the last pass
             sch.reverse_compute_at(epilogue, outer[-1])
             sch.vectorize(sch.get_loops(epilogue)[-1])
@@ -371,44 +239,180 @@ class ConvTemplate(CpuTemplate):
         else:
             sch.reverse_compute_at(epilogue, tile)
             # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
-            write_back = sch.get_loops(epilogue)[len(outer) + 1:]
-        if not lanes:  # pixel vectors: write them back as vectors too (LLVM leaves an unrolled row scalar)
-            write_back[-1:] = sch.split(write_back[-1], [None, knobs["vector"]])
-            sch.vectorize(write_back.pop())
+            write_back = self._write_back(sch, sch.get_loops(epilogue)[len(outer) + 1:], knobs)
         for loop in write_back:
             sch.unroll(loop)
-        if lanes and self._prefetches(knobs):
-            self._mark_prefetch(sch, conv, outer, reduction[1], knobs["co_block"])
-        else:
-            parallelize(sch, outer, self.spec.cores)
+        self._parallelize(sch, conv, outer, reduction, knobs)
         # a broadcasting epilogue (common.broadcasts) is left at the root: a spatial loop nest of its own
         done = {self.conv_name, sch.get(epilogue).name_hint, self.pad_name}
         for info in root_blocks(sch, symbolic=True):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
         if keep:
-            stage = sch.get_sblock(self.pad_name)
-            if self.depthwise and not lanes:
-                # "columns" reads rows: the copy becomes a padded NCHW image again ([n, c/V, V, h, w])
-                sch.transform_layout(stage, ("write", 0), lambda n, cb, h, w, v: (n, cb, v, h, w))
-                b, cb, h, w, v = sch.get_loops(stage)
-                sch.reorder(b, cb, v, h, w)
-                sch.vectorize(w)  # padded rows (58) are rarely whole vectors: LLVM finishes each with a remainder
-                parallelize(sch, [b, cb, v], self.spec.cores)
-            elif self.depthwise:  # the input's channel-vector copy [n, c/V, h, w, V]: one vector per pixel
-                loops = sch.get_loops(stage)
-                sch.vectorize(loops[-1])
-                parallelize(sch, loops[:3], self.spec.cores)
-            elif loop_extent(sch, sch.get_loops(stage)[-1]) % self.spec.simd_width:
-                # a padded NCHW row (226 columns of a 224 image): one vector loop per row, LLVM finishes the
-                # remainder. schedule_spatial would fuse it into one parallel loop of single elements, each with a
-                # div/mod and a bounds check (docs/decisions/conv-padding-copy.md)
-                *rows, columns = sch.get_loops(stage)
-                sch.vectorize(columns)
-                parallelize(sch, rows, self.spec.cores)
-            else:
-                schedule_spatial(sch, stage, self.spec.simd_width, self.spec.cores)
+            self._schedule_pad(sch, sch.get_sblock(self.pad_name), knobs)
         sch.decompose_reduction(conv, (passes or reduction)[0])
 
+    @abc.abstractmethod
+    def _tile(self, sch, conv, knobs) -> tuple:
+        """Lay out the register tile of `conv`'s loops: returns (the loops outside the tile, outermost first; the
+        loop over tiles the write-back goes in; the reduction loops (ci, kh, kw, ...); the loops over
+        input-channel passes, if any)."""
 
-__all__ = ["ConvTemplate"]
+    def _write_back(self, sch, loops, knobs) -> list:  # noqa: ARG002 - a pixel tile vectorizes its own
+        """The write-back's loops to unroll."""
+        return loops
+
+    def _parallelize(self, sch, conv, outer, reduction, knobs):  # noqa: ARG002 - a channel tile may prefetch
+        parallelize(sch, outer, self.spec.cores)
+
+    def _schedule_pad(self, sch, stage, knobs):  # noqa: ARG002 - the depthwise copy's layout follows the tile
+        if loop_extent(sch, sch.get_loops(stage)[-1]) % self.spec.simd_width:
+            # a padded NCHW row (226 columns of a 224 image): one vector loop per row, LLVM finishes the
+            # remainder. schedule_spatial would fuse it into one parallel loop of single elements, each with a
+            # div/mod and a bounds check (docs/decisions/conv-padding-copy.md)
+            *rows, columns = sch.get_loops(stage)
+            sch.vectorize(columns)
+            parallelize(sch, rows, self.spec.cores)
+        else:
+            schedule_spatial(sch, stage, self.spec.simd_width, self.spec.cores)
+
+
+class ChannelTileConv(DirectConvTemplate):
+    """The tile over vectors of output channels, on packed weights."""
+
+    weight_rank = 5  # [O/V, I, KH, KW, V]
+    blocked_input = False  # the input in channel vectors too (NCHW{V}c)
+
+    def __init__(self, func, ctx):
+        super().__init__(func, ctx)
+        self.prefetch_pays = prefetch.pays(self.spec, self.out_h * self.out_w)  # each weight serves every pixel once
+
+    def _tile_space(self):
+        # oh_block stacks output rows in the tile: the way to a full register tile when rows are short (7, 13, 14)
+        return {"co_block": divisors(self.out_channels // self.lanes, 8), "oh_block": divisors(self.out_h, 4),
+                "ow_block": divisors(self.out_w, 16), "order": ["co_outer", "oh_outer"], "unroll_kw": [True, False]}
+
+    def valid(self, knobs):
+        return registers_fit(self.spec, knobs["co_block"], knobs.get("oh_block", 1) * knobs["ow_block"])
+
+    def _default_tile(self):
+        co_block, oh_block, ow_block = channel_tile(
+            self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
+            self.blocked_input, self.taps)[1]
+        # a channel tile's weights stay in cache across all its rows (docs/decisions/conv-register-tiles.md)
+        return {"co_block": co_block, "oh_block": oh_block, "ow_block": ow_block, **self._default_passes(co_block),
+                "order": "co_outer"}
+
+    def _default_passes(self, co_block: int) -> dict:  # noqa: ARG002 - only blocked data has passes
+        """The knobs of input-channel passes (conv_blocked.py) in the default config."""
+        return {}
+
+    def _channel_tile(self, sch, knobs, n, channels, oh, ow, reduction, passes):
+        """The tile over `channels`' (tiles, vectors in a tile, lanes) loops and ow's columns (of oh's rows)."""
+        coo, cob, cov = channels
+        oho, ohi = sch.split(oh, [None, knobs.get("oh_block", 1)])
+        owo, owi = sch.split(ow, [None, knobs["ow_block"]])
+        outer = [n, coo, oho] if knobs["order"] == "co_outer" else [n, oho, coo]
+        # pixel-major inside the tile: each input broadcast feeds co_block FMAs at once and dies, so the live
+        # registers are the accumulators, co_block weight vectors and one broadcast (channel-major would keep
+        # every pixel's broadcast live across the channel loop: docs/decisions/conv-register-tiles.md)
+        sch.reorder(*outer, *passes, owo, *reduction, ohi, owi, cob, cov)
+        for loop in (cob, ohi, owi):
+            sch.unroll(loop)
+        sch.vectorize(cov)
+        return outer, owo, reduction, passes
+
+    def _prefetches(self, knobs) -> bool:
+        """Does a config prefetch its next channel tile's weights (prefetch.py)? Where it pays on this hardware
+        (prefetch.pays: few pixels per weight) and the config walks channel tiles of several rows each, which
+        it needs to prefetch in. Not a knob: cold timing with the weights in the L3 does not see what it saves
+        inside a model, where part of them come from memory (docs/decisions/software-prefetch.md)."""
+        return (self.prefetch_pays and knobs["order"] == "co_outer"
+                and self.out_h // knobs.get("oh_block", 1) >= 2)
+
+    def _parallelize(self, sch, conv, outer, reduction, knobs):
+        if self._prefetches(knobs):
+            self._mark_prefetch(sch, conv, outer, reduction[1], knobs["co_block"])
+        else:
+            super()._parallelize(sch, conv, outer, reduction, knobs)
+
+    def _mark_prefetch(self, sch, conv, outer, kh, co_block: int) -> None:
+        """Fuse the (batch, channel tile, row) loops, run them in parallel, and mark them and the kernel-row loop
+        for prefetch.insert (in `finish`): each kernel row of a tile's later rows prefetches its share of the
+        next tile's weights. The same for a single core (the fused loop is then serial)."""
+        _, coo, oho = outer
+        tiles, rows = loop_extent(sch, coo), loop_extent(sch, oho)
+        weight = next(r.source for r in sch.get(conv).reads if len(r.source.shape) == self.weight_rank)
+        fused = fuse_parallel(sch, outer, self.spec.cores)
+        slab = math.prod(int(d) for d in weight.shape[1:])  # one vector of output channels: [O/V, ...]
+        prefetch.mark(sch, fused, kh, weight.name, tiles, rows, co_block * slab)
+
+    def finish(self, func):
+        return prefetch.insert(func)
+
+
+class PixelTileConv(DirectConvTemplate):
+    """The tile over vectors of output pixels, each weight broadcast. Subclasses set `groups`, `fused_pixels`
+    (1x1 stride-1 unpadded: a channel's pixels are one contiguous run, so vectors need not fit in a row) and
+    `pixels` (the vectorized pixel axis' extent)."""
+
+    def _tile_space(self):
+        return {"co_block": divisors(self.out_channels // self.groups, 8),
+                "oh_block": [1] if self.fused_pixels else divisors(self.out_h, 4),
+                "vector": self._vector_choices(), "pixel_block": list(range(1, 9)), "unroll_kw": [True, False]}
+
+    def valid(self, knobs):
+        return (self._tile_fits(knobs["vector"], knobs["pixel_block"])
+                and knobs["co_block"] * knobs.get("oh_block", 1) * knobs["pixel_block"]
+                <= accumulator_budget(self.spec)[1])
+
+    def _vector_choices(self) -> list:
+        """Lanes of the pixel vector: divisors of the pixel axis up to the SIMD width (7 and 14 included: a row
+        of 7 or 14 columns is better one short vector than scalars)."""
+        return [d for d in divisors(self.pixels, self.spec.simd_width) if d > 1] or [1]
+
+    def _tile_fits(self, vector: int, pixel_block: int) -> bool:
+        """The pixel tile divides the pixel axis; over fused pixels it must also be whole rows, or the fused
+        epilogue's (y, x) region would not be the tile's."""
+        tile = vector * pixel_block
+        return self.pixels % tile == 0 and (not self.fused_pixels or tile % self.out_w == 0)
+
+    def _default_tile(self):
+        # the widest vector, then most accumulators within the default budget, favouring more channels (each
+        # input vector then feeds more FMAs)
+        space = self.knob_space()
+        budget = accumulator_budget(self.spec)[0]
+        vector, co_block, pixel_block = max(
+            ((v, cb, pb) for v in space["vector"] for cb in space["co_block"] for pb in space["pixel_block"]
+             if cb * pb <= budget and self._tile_fits(v, pb)),
+            key=lambda t: (t[0], t[1] * t[2], t[1]), default=(space["vector"][-1], 1, 1))
+        return {"vector": vector, "co_block": co_block, "pixel_block": pixel_block}
+
+    def _tile(self, sch, conv, knobs):
+        n, co, oh, ow, ci, kh, kw = sch.get_loops(conv)
+        # channels split by group first, so the input channel (group * in_per_group + ci) is loop-invariant
+        # across the channel tile
+        group, in_group = sch.split(co, [self.groups, None])
+        cgo, cb = sch.split(in_group, [None, knobs["co_block"]])
+        if self.fused_pixels:
+            outer, rows, pixels = [n, group, cgo], [], sch.fuse(oh, ow)
+        else:
+            oho, ohi = sch.split(oh, [None, knobs["oh_block"]])
+            outer, rows, pixels = [n, group, cgo, oho], [ohi], ow
+        tile, pb, pv = sch.split(pixels, [None, knobs["pixel_block"], knobs["vector"]])
+        sch.reorder(*outer, tile, ci, kh, kw, cb, *rows, pb, pv)
+        for loop in (cb, *rows, pb):
+            sch.unroll(loop)
+        sch.vectorize(pv)
+        return outer, tile, [ci, kh, kw], []
+
+    def _write_back(self, sch, loops, knobs):
+        # pixel vectors: written back as vectors too (LLVM leaves an unrolled row scalar)
+        *rest, last = loops
+        vectors, lanes = sch.split(last, [None, knobs["vector"]])
+        sch.vectorize(lanes)
+        return [*rest, vectors]
+
+
+__all__ = ["DirectConvTemplate", "ChannelTileConv", "PixelTileConv", "conv_form", "of_form", "channel_tile",
+           "padded_width"]

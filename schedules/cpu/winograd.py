@@ -170,7 +170,7 @@ class WinogradTemplate(CpuTemplate):
         self.tile_positions = alpha * alpha  # the (eps, nu) GEMMs
         self.tile = int(infos["winograd_gemm"].block.annotations[WINOGRAD])
         # each weight serves the image's tiles once: few of them and the GEMM waits on the weights (see
-        # _mark_prefetch); not a knob, for the reason ConvTemplate._prefetches gives
+        # _mark_prefetch); not a knob, for the reason ChannelTileConv._prefetches gives
         self.prefetch_pays = prefetch.pays(self.spec, self.tiles)
 
     def knob_space(self):
