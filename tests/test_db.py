@@ -216,3 +216,11 @@ def test_in_model_records_replace_their_group_s_earlier_ones_and_are_no_search_t
         assert db.latest_timing("conv-abc", "cpu", "fp1") == Timing.IN_MODEL
         assert db.latest_timing("conv-abc", "cpu", "fp1", in_model=False) == "cold"
         assert db.best("conv-abc", "cpu", "fp1", Timing.IN_MODEL) == ({"tile": 0, "unroll": 0}, 2.0)
+
+
+def test_records_can_be_kept_to_the_configs_a_template_takes(tmp_path):
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        db.add_batch([rec(i, float(i + 1)) for i in range(4)])
+        kept = db.records("conv-abc", accept=lambda knobs: knobs["tile"] % 2 == 0)
+        assert [r.knobs["tile"] for r in kept] == [0, 2]
+        assert len(db.records("conv-abc")) == 4

@@ -240,17 +240,21 @@ class TuningDB:
                 args.append(value)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
-    def records(self, workload_key=None, target=None, hw_fingerprint=None, timing=None) -> list:
+    def records(self, workload_key=None, target=None, hw_fingerprint=None, timing=None, accept=None) -> list:
+        """The records that match every filter given, oldest first. `accept(knobs) -> bool` keeps only configs a
+        template takes as it is now (`Template.in_space`): a record of an older version of the template has other
+        knobs, and its time labels another program."""
         where, args = self._where(workload_key, target, hw_fingerprint, timing)
         cur = self._conn.execute(
             "SELECT workload_key, kind, target, hw_fingerprint, knobs, latencies_ms, error, features_version, created,"
             f" timing FROM records{where} ORDER BY id",
             args,
         )
-        return [
+        records = [
             Record(k, kind, t, fp, json.loads(knobs), json.loads(lat), err, fv, created, timing)
             for k, kind, t, fp, knobs, lat, err, fv, created, timing in cur
         ]
+        return records if accept is None else [r for r in records if accept(r.knobs)]
 
     def count(self, workload_key=None, target=None, hw_fingerprint=None, timing=None) -> int:
         where, args = self._where(workload_key, target, hw_fingerprint, timing)

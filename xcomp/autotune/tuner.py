@@ -325,15 +325,12 @@ class Tuner:
         return True
 
     def _records(self, task):
-        """The database's records of the task's group on this hardware, timed as this runner times, that are
-        configs of its template: a record of an older version of the template (other knobs) is not one, the
-        search cannot mutate or cross it, and its time labels another program; a record timed otherwise (warm,
-        or by an older xcomp) does not compare with this run's."""
+        """The database's records of the task's group on this hardware that are configs of its template, timed
+        as this runner times: a record timed otherwise (warm, or by an older xcomp) does not compare with this
+        run's."""
         target = self.backend.target_string
-        for record in self.db.records(task.group.key, target, self.backend.spec.fingerprint(),
-                                      self.runner.timing(target, self.evict_private_bytes)):
-            if task.template.in_space(record.knobs):
-                yield record
+        return self.db.records(task.group.key, target, self.backend.spec.fingerprint(),
+                               self.runner.timing(target, self.evict_private_bytes), accept=task.template.in_space)
 
     def close(self):
         self.builder.close()
