@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from ..analysis import FLOPS, WINOGRAD, root_blocks
+from ..analysis import FLOPS, WINOGRAD, main_reduction, root_blocks
 from ..template import Declined
 from . import prefetch
 from .common import (MATERIALIZE, CpuTemplate, divisors, fuse_parallel, inline_injective, loop_extent, parallelize,
@@ -152,6 +152,24 @@ def winograd_conv2d(data, weight, padding, tile: int):
     return te.compute((n, kblocks, oh, ow, lanes), output, name="winograd_output", attrs=annotate(0, materialize=False))
 
 
+def _stages(sch, infos):
+    """The stages of winograd_conv2d in a group's blocks (BlockInfo): the names of the input rows' and the input
+    transform's blocks, the GEMM's BlockInfo and the output rows' block name; None where they are not there. The
+    GEMM is the one reduction marked WINOGRAD; the others are its marked neighbours along the data flow."""
+    marked = {info.name: info for info in infos if WINOGRAD in info.block.annotations}
+    gemm = main_reduction(list(marked.values()))
+
+    def neighbour(name, step):  # the one marked block next to `name`, upstream or downstream
+        found = [sch.get(rv).name_hint for rv in step(sch.get_sblock(name))]
+        found = [block for block in found if block in marked]
+        return found[0] if len(found) == 1 else None
+
+    transform = gemm and neighbour(gemm.name, sch.get_producers)
+    rows = transform and neighbour(transform, sch.get_producers)
+    output_rows = gemm and neighbour(gemm.name, sch.get_consumers)
+    return (rows, transform, gemm, output_rows) if rows and output_rows else None
+
+
 class WinogradTemplate(CpuTemplate):
     """Knobs: the GEMM's register tile, `tile_block` Winograd tiles x `co_block` vectors of output channels
     (accumulators tile_block * co_block; per input channel co_block weight vectors and tile_block broadcasts)."""
@@ -162,13 +180,15 @@ class WinogradTemplate(CpuTemplate):
         from tvm import s_tir
 
         super().__init__(func, ctx)
-        infos = {info.name: info for info in root_blocks(s_tir.Schedule(func), symbolic=True)}
-        stages = ("winograd_input_rows", "winograd_input", "winograd_gemm", "winograd_output_rows")
-        if not all(name in infos for name in stages):
+        sch = s_tir.Schedule(func)
+        stages = _stages(sch, root_blocks(sch, symbolic=True))
+        if stages is None:
             raise Declined("not a winograd_conv2d group")
-        alpha, _, _, self.kblocks, self.tiles, self.lanes, _ = infos["winograd_gemm"].extents
+        self.input_rows, self.input, gemm, self.output_rows = stages
+        self.gemm = gemm.name
+        alpha, _, _, self.kblocks, self.tiles, self.lanes, _ = gemm.extents
         self.tile_positions = alpha * alpha  # the (eps, nu) GEMMs
-        self.tile = int(infos["winograd_gemm"].block.annotations[WINOGRAD])
+        self.tile = int(gemm.block.annotations[WINOGRAD])
         # each weight serves the image's tiles once: few of them and the GEMM waits on the weights (see
         # _mark_prefetch); not a knob, for the reason ChannelTileConv._prefetches gives
         self.prefetch_pays = prefetch.pays(self.spec, self.tiles)
@@ -201,7 +221,7 @@ class WinogradTemplate(CpuTemplate):
         self._schedule_output(sch)
 
     def _schedule_input(self, sch):
-        block = sch.get_sblock("winograd_input")
+        block = sch.get_sblock(self.input)
         e, nu, b, c, p, v = sch.get_loops(block)
         sch.reorder(b, c, p, e, nu, v)
         outer = [b, c, p]
@@ -210,7 +230,7 @@ class WinogradTemplate(CpuTemplate):
         for loop in (e, nu):
             sch.unroll(loop)
         sch.vectorize(v)
-        rows = sch.get_sblock("winograd_input_rows")
+        rows = sch.get_sblock(self.input_rows)
         sch.compute_at(rows, tile_loop)
         *_, i, nu, v = sch.get_loops(rows)
         sch.unroll(i)
@@ -218,7 +238,7 @@ class WinogradTemplate(CpuTemplate):
         sch.vectorize(v)
 
     def _schedule_gemm(self, sch, tile_block, co_block):
-        gemm = sch.get_sblock("winograd_gemm")
+        gemm = sch.get_sblock(self.gemm)
         e, nu, b, k, p, v, c = sch.get_loops(gemm)
         ko, ki = sch.split(k, [None, co_block])
         po, pi = sch.split(p, [None, tile_block])
@@ -259,7 +279,7 @@ class WinogradTemplate(CpuTemplate):
                       first_row=0)
 
     def _schedule_output(self, sch):
-        rows = sch.get_sblock("winograd_output_rows")
+        rows = sch.get_sblock(self.output_rows)
         consumers = sch.get_consumers(rows)
         if len(consumers) != 1:
             raise ValueError("winograd_output_rows feeds several blocks")
