@@ -18,7 +18,11 @@ KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
 # WINOGRAD: the output tile edge, on every stage of a Winograd conv (cpu/winograd.py): the group is a conv.
 # FLOPS: the block's operations with every symbolic extent at 1, where counting its arithmetic would mislead
 # (a Winograd conv states the direct conv's count on its GEMM and 0 on its transforms).
-WINOGRAD, FLOPS = "xcomp.winograd", "xcomp.flops"
+# ROLE: what a stage is to the template of its group, where its shape and place in the data flow do not say it;
+# its value is one of the roles below. Templates find a stage by it (with_role), never by the block's name.
+WINOGRAD, FLOPS, ROLE = "xcomp.winograd", "xcomp.flops", "xcomp.role"
+# a depthwise conv's input copied into channel vectors (cpu/legalize.py's packed_depthwise_conv2d)
+DEPTHWISE_INPUT = "depthwise_input"
 
 
 @dataclasses.dataclass
@@ -140,6 +144,11 @@ def _volume(extents) -> int:
     return n
 
 
+def with_role(infos, role: str):
+    """The first block (BlockInfo) of `infos` annotated ROLE `role`, or None."""
+    return next((info for info in infos if info.block.annotations.get(ROLE) == role), None)
+
+
 def is_winograd(infos) -> bool:
     """Are these blocks a Winograd conv's stages (cpu/winograd.py)?"""
     return any(WINOGRAD in info.block.annotations for info in infos)
@@ -180,5 +189,6 @@ def symbolic_vars(func) -> list:
     return sorted(names)
 
 
-__all__ = ["KINDS", "WINOGRAD", "FLOPS", "BlockInfo", "root_blocks", "mac_operands", "has_sliding_window",
-           "main_reduction", "is_winograd", "classify_blocks", "classify", "symbolic_vars"]
+__all__ = ["KINDS", "WINOGRAD", "FLOPS", "ROLE", "DEPTHWISE_INPUT", "BlockInfo", "root_blocks", "mac_operands",
+           "has_sliding_window", "main_reduction", "with_role", "is_winograd", "classify_blocks", "classify",
+           "symbolic_vars"]

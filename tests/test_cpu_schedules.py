@@ -325,7 +325,11 @@ def test_conv(args, backend):
         assert template.fused_pixels == (args["kernel"] == 1)
     extra = []
     if depthwise:  # the input is copied into channel vectors first
-        assert template.pad_name == "data_pack"
+        from tvm import s_tir
+
+        from xcomp.schedules.analysis import DEPTHWISE_INPUT, root_blocks, with_role
+
+        assert template.pad_name == with_role(root_blocks(s_tir.Schedule(group.func)), DEPTHWISE_INPUT).name
         # both tiles: channel vectors, and pixel vectors along rows of the copy made NCHW again (the default at
         # stride 1 when a row holds a whole SIMD vector)
         wide = args.get("stride", 1) == 1 and args["size"] >= backend.spec.simd_width

@@ -92,3 +92,22 @@ def test_each_conv_form_is_claimed_by_its_own_rule_alone(rule_name):
     (rule,) = [rule for rule in RULES[:-1] if rule.claims(group.func, group.kind, ctx)]
     assert rule.name == rule_name
     assert type(get_template(group.func, ctx)) is rule.template
+
+
+def test_a_depthwise_conv_is_told_by_the_role_annotation_of_its_input_copy_not_by_a_name():
+    import tvm
+    from tvm import s_tir
+
+    from xcomp.schedules.analysis import DEPTHWISE_INPUT, ROLE, root_blocks, with_role
+    from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.conv_depthwise import DepthwiseConvTemplate
+
+    group = _conv_group(**CONV_FORMS["conv_depthwise"])
+    ctx = get_backend("cpu").schedule_context()
+    script = group.func.script()
+    copy = with_role(root_blocks(s_tir.Schedule(group.func)), DEPTHWISE_INPUT).name
+    renamed = tvm.script.from_source(script.replace(copy, "renamed_copy"))  # the block and its buffer
+    assert copy not in renamed.script()
+    assert isinstance(get_template(renamed, ctx), DepthwiseConvTemplate)
+    unmarked = tvm.script.from_source("\n".join(line for line in script.splitlines() if ROLE not in line))
+    assert not isinstance(get_template(unmarked, ctx), DepthwiseConvTemplate)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import math
 
-from ..analysis import is_winograd, main_reduction, root_blocks
+from ..analysis import DEPTHWISE_INPUT, is_winograd, main_reduction, root_blocks, with_role
 from ..template import Declined
 from . import prefetch
 from .common import (CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
@@ -128,21 +128,12 @@ def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     return best if useful_rate(best) >= own * MIN_PADDING_GAIN else width
 
 
-# The block legalize.packed_depthwise_conv2d copies a depthwise conv's input into channel vectors with.
-DEPTHWISE_INPUT = "data_pack"
-
-
-def depthwise_input(infos):
-    """The block (BlockInfo) copying a depthwise conv's input into channel vectors, or None."""
-    return next((info for info in infos if info.name == DEPTHWISE_INPUT), None)
-
-
 def conv_form(infos) -> str:
     """The form of a conv group's blocks (root_blocks): "winograd" (cpu/winograd.py), "depthwise", "blocked",
     "packed" or "unpacked" (see the module doc)."""
     if is_winograd(infos):
         return "winograd"
-    if depthwise_input(infos) is not None:
+    if with_role(infos, DEPTHWISE_INPUT) is not None:
         return "depthwise"
     main = main_reduction(infos)
     if len(main.extents) == 8:

@@ -5,8 +5,9 @@ across channel planes)."""
 
 from __future__ import annotations
 
+from ..analysis import DEPTHWISE_INPUT, with_role
 from .common import parallelize
-from .conv import DirectConvTemplate, PixelTileConv, accumulator_budget, depthwise_input
+from .conv import DirectConvTemplate, PixelTileConv, accumulator_budget
 from .conv_packed import PackedConvTemplate
 
 
@@ -17,7 +18,7 @@ class DepthwiseConvTemplate(PackedConvTemplate, PixelTileConv):
         super()._read_shape(main, infos)
         # the "columns" tile: vectors along each row; each channel reads its own input channel
         self.groups, self.fused_pixels, self.pixels = 1, False, self.out_w
-        padded_w = int(depthwise_input(infos).write_buffer().shape[3])
+        padded_w = int(with_role(infos, DEPTHWISE_INPUT).write_buffer().shape[3])
         self.unit_stride = padded_w - (main.extents[-1] - 1) == self.out_w
 
     @staticmethod

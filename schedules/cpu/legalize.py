@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ..analysis import DEPTHWISE_INPUT, ROLE
 from .vector_math import legalize_map as vector_math_map
 from .vector_math import tvm_legalization
 
@@ -149,9 +150,9 @@ def blocked_conv2d(data, weight, strides, padding, dilation, spec=None):
 
 def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
     """Depthwise NCHW conv2d on a [C/V, 1, KH, KW, V] weight. The padded input is first copied into channel
-    vectors ([N, C/V, H, W, V], stage "data_pack"): each tap then loads one contiguous vector of V channels instead
-    of gathering them H*W apart, and stride-2 convs vectorize as well as stride-1 ones (NCHW rows of 7..28
-    columns do not fill a 16-lane vector)."""
+    vectors ([N, C/V, H, W, V], a stage of ROLE DEPTHWISE_INPUT): each tap then loads one contiguous vector of V
+    channels instead of gathering them H*W apart, and stride-2 convs vectorize as well as stride-1 ones (NCHW rows
+    of 7..28 columns do not fill a 16-lane vector)."""
     from tvm import te, tirx
 
     n, (channels, h, w) = data.shape[0], (int(d) for d in data.shape[1:])  # a symbolic batch is fine
@@ -166,7 +167,8 @@ def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
         value = data[b, cb * lanes + v, tirx.max(y - top, 0), tirx.max(x - left, 0)]
         return tirx.if_then_else(inside, value, tirx.const(0.0, data.dtype))
 
-    packed_data = te.compute((n, channels // lanes, ph, pw, lanes), pack, name="data_pack")
+    packed_data = te.compute((n, channels // lanes, ph, pw, lanes), pack, name="data_pack",
+                             attrs={ROLE: DEPTHWISE_INPUT})
     oh, ow = _out_size(ph, kh, sh, dh), _out_size(pw, kw, sw, dw)
     rc = te.reduce_axis((0, 1), "rc")  # one input channel per output: kept so every conv has (ci, kh, kw) axes
     ry = te.reduce_axis((0, kh), "ry")
