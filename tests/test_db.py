@@ -160,7 +160,7 @@ def test_a_schema_2_database_gets_short_timing_ids_keeping_every_record(tmp_path
     with TuningDB(tmp_path / "v2.sqlite") as db:
         assert [r.timing for r in db.records()] == ["cold", "llc", "flushed", "in-model", "warm", "unrecorded"]
         assert db.best("k", "cpu", "fp", timing=Timing.LLC) == ({"tile": 1}, 1.0)
-        assert db.latest_timing("k", "cpu", "fp", in_model=False) == Timing.UNRECORDED
+        assert db.latest_timing("k", "cpu", "fp", picks=False) == Timing.UNRECORDED
 
 
 def test_a_database_with_a_timing_this_xcomp_does_not_know_is_refused_unchanged(tmp_path):
@@ -207,14 +207,14 @@ def test_in_model_records_replace_their_group_s_earlier_ones_and_are_no_search_t
 
     with TuningDB(tmp_path / "t.sqlite") as db:
         db.add_batch([dataclasses.replace(rec(i, float(i + 1)), timing="cold") for i in range(4)])
-        db.replace_in_model("cpu", "fp1", {"conv-other": [timed_in_model(0, 1.0, key="conv-other")],
+        db.replace_picks("cpu", "fp1", {"conv-other": [timed_in_model(0, 1.0, key="conv-other")],
                                            "conv-abc": [timed_in_model(0, 3.0), timed_in_model(1, 2.5)]})
-        db.replace_in_model("cpu", "fp1", {"conv-abc": [timed_in_model(0, 2.0), timed_in_model(2, 2.2)]})
+        db.replace_picks("cpu", "fp1", {"conv-abc": [timed_in_model(0, 2.0), timed_in_model(2, 2.2)]})
         in_model = {r.knobs["tile"]: r.median_ms for r in db.records("conv-abc", timing=Timing.IN_MODEL)}
         assert in_model == {0: 2.0, 2: 2.2}
         assert db.count("conv-abc", timing="cold") == 4 and db.count("conv-other") == 1
         assert db.latest_timing("conv-abc", "cpu", "fp1") == Timing.IN_MODEL
-        assert db.latest_timing("conv-abc", "cpu", "fp1", in_model=False) == "cold"
+        assert db.latest_timing("conv-abc", "cpu", "fp1", picks=False) == "cold"
         assert db.best("conv-abc", "cpu", "fp1", Timing.IN_MODEL) == ({"tile": 0, "unroll": 0}, 2.0)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import xcomp
 from conftest import make_model, ort_run, tiny_mlp
-from xcomp.autotune.db import TuningDB
+from xcomp.autotune.db import TuningDB, canonical_knobs
 from xcomp.timing import Timing
 
 
@@ -89,6 +89,8 @@ class _FakeBuilder:
 
 class _FakeRunner:
     """A made-up latency per config, the same in every process."""
+
+    measures_here = True
 
     def timing(self, target, evict_private_bytes=0):
         return "made up"
@@ -589,3 +591,50 @@ def _best_knobs(db_path, groups, target, fingerprint) -> dict:
 
     with TuningDB(db_path) as db:
         return db.best_knobs(groups, target, fingerprint)
+
+
+class _RemoteRunner(_FakeRunner):
+    """The made-up latencies from another machine (no in-model step follows); in the side-by-side rounds of the
+    default and the fastest alone, the default takes `default_ms` in the round numbered `quick_round`."""
+
+    measures_here = False
+
+    def __init__(self, default: str, quick_round: int | None):
+        self.default, self.quick_round, self.rounds = default, quick_round, 0
+
+    def run(self, reference, builds, target, params, workload=None):
+        from xcomp.autotune.db import canonical_knobs
+
+        results = super().run(reference, builds, target, params, workload)
+        if len(builds) == 2 and self.default in {canonical_knobs(b.knobs) for b in builds}:
+            self.rounds += 1
+            for result in results:
+                if canonical_knobs(result.knobs) == self.default and self.rounds == self.quick_round:
+                    result.latencies_ms = [0.5]
+        return results
+
+
+@pytest.mark.parametrize("quick_round", [None, 2])
+def test_a_remote_runner_s_pick_beats_the_default_side_by_side_in_every_round(tmp_path, quick_round):
+    """With no in-model step (the runner measures elsewhere), the fastest alone replaces the default only where
+    it was faster in every side-by-side round; where the default won one, compile --db builds the default."""
+    from xcomp.autotune.tuner import Tuner, model_tasks, summary
+    from xcomp.backends import get_backend
+
+    backend = get_backend("cpu")
+    (task,) = model_tasks(_gemm_model(), backend, None)[0]
+    default = canonical_knobs(task.template.default_knobs())
+    path = tmp_path / "t.sqlite"
+    with TuningDB(path) as db:
+        tuner = Tuner(backend, db, seed=0, runner=_RemoteRunner(default, quick_round), builder=_FakeBuilder(),
+                      progress=False, guided=False)
+        (task,) = tuner.tune([task], trials=8)
+        assert db.count(task.group.key, timing=Timing.SIDE_BY_SIDE) == 1
+        search_timing = db.latest_timing(task.group.key, backend.target_string, picks=False)
+    fastest_alone = min((ms, knobs) for knobs, ms in task.measured.items())[1]
+    assert fastest_alone != default and search_timing == "made up"
+    (chosen,) = _best_knobs(path, [task.group], backend.target_string, backend.spec.fingerprint()).values()
+    expected = default if quick_round else fastest_alone
+    assert canonical_knobs(chosen) == expected
+    (row,) = summary([task])
+    assert row.kept_default == bool(quick_round) and canonical_knobs(row.best_knobs) == expected

@@ -16,13 +16,12 @@ import statistics
 import time
 
 from xcomp.errors import UserError
-from xcomp.timing import Timing
+from xcomp.timing import PICKS, Timing
 
 # 2: records say how they were timed (Timing.UNRECORDED for older ones); 3: as the short ids of xcomp.timing.Timing
 SCHEMA_VERSION = 3
-# Records timed Timing.IN_MODEL are a group's few fastest configs timed again inside the whole model
-# (autotune/in_model.py): not a way of searching, a last choice among configs the search measured; the newest of
-# them are a group's pick.
+# Records timed as a pick (timing.PICKS) are a tuning run's last choice among configs the search measured: the
+# newest of them are a group's pick.
 
 _RECORDS_TABLE = """
 CREATE TABLE IF NOT EXISTS records (
@@ -214,15 +213,17 @@ class TuningDB:
             self._conn.execute("ROLLBACK")
             raise
 
-    def replace_in_model(self, target, hw_fingerprint, records_by_group: dict) -> None:
-        """Store groups' configs timed inside the model (Timing.IN_MODEL; {workload key: records}) in place of
-        the ones each group had timed so before, all in one transaction: they were timed beside other configs
-        of the other groups, and a pick compares only times taken in the same runs."""
+    def replace_picks(self, target, hw_fingerprint, records_by_group: dict) -> None:
+        """Store groups' picks ({workload key: records}, each timed as one of timing.PICKS) in place of the ones
+        each group had timed so before, all in one transaction: a pick was timed beside the other configs of
+        its run, and compares only with times taken in the same runs."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             for workload_key, records in records_by_group.items():
-                self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND hw_fingerprint = ?"
-                                   " AND timing = ?", (workload_key, target, hw_fingerprint, Timing.IN_MODEL.value))
+                for timing in {r.timing for r in records}:
+                    self._conn.execute("DELETE FROM records WHERE workload_key = ? AND target = ? AND"
+                                       " hw_fingerprint = ? AND timing = ?",
+                                       (workload_key, target, hw_fingerprint, Timing(timing).value))
                 self._conn.executemany("INSERT" + _INSERT, [_row(r) for r in records])
             self._conn.execute("COMMIT")
         except BaseException:
@@ -265,14 +266,15 @@ class TuningDB:
         where, args = self._where(workload_key, target, hw_fingerprint, timing)
         return {row[0] for row in self._conn.execute(f"SELECT knobs FROM records{where}", args)}
 
-    def latest_timing(self, workload_key, target, hw_fingerprint=None, in_model: bool = True):
+    def latest_timing(self, workload_key, target, hw_fingerprint=None, picks: bool = True):
         """How the group's newest successful record was timed, or None: the latest tuning run's way of timing,
-        the one whose records to trust where older runs timed differently. With in_model=False, the newest
-        search's, leaving out records timed inside the model (Timing.IN_MODEL: a handful of configs per group,
-        nothing to learn a cost model from)."""
+        the one whose records to trust where older runs timed differently. With picks=False, the newest
+        search's, leaving out the picks (timing.PICKS: one config per group, nothing to learn a cost model
+        from)."""
         where, args = self._where(workload_key, target, hw_fingerprint, successful=True)
-        if not in_model:
-            where, args = where + " AND timing != ?", args + [Timing.IN_MODEL.value]
+        if not picks:
+            where += f" AND timing NOT IN ({', '.join('?' for _ in PICKS)})"
+            args += [timing.value for timing in PICKS]
         row = self._conn.execute(f"SELECT timing FROM records{where} ORDER BY created DESC, id DESC LIMIT 1",
                                  args).fetchone()
         return row[0] if row else None
@@ -303,7 +305,7 @@ class TuningDB:
         """The records of every group measured on this hardware that its newest search timed as it did: what a
         cost model learns from (records timed otherwise, or inside the model, rank configs differently)."""
         records = self.records(target=target, hw_fingerprint=hw_fingerprint)
-        timings = {key: self.latest_timing(key, target, hw_fingerprint, in_model=False)
+        timings = {key: self.latest_timing(key, target, hw_fingerprint, picks=False)
                    for key in {r.workload_key for r in records}}
         return [r for r in records if r.timing == timings[r.workload_key]]
 

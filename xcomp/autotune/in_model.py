@@ -76,7 +76,7 @@ def time_configs_in_model(build, configs: dict, rounds: int = ROUNDS, runs: int 
 def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs: int = RUNS,
            input_shapes=None, input_values=None, progress: bool = True) -> dict | None:
     """Time each task's default and `top` - 1 fastest other configs inside the model, pick one per group (choose)
-    and store the pick's times (db.replace_in_model); returns {ranks, rounds, runs, groups: [{group, key, count,
+    and store the pick's times (db.replace_picks); returns {ranks, rounds, runs, groups: [{group, key, count,
     default, picked, fastest_alone, in_model_ms: {knobs: median}}], model_default_ms, model_fastest_alone_ms,
     model_picked_ms} (sums over the refined groups of median x count; fastest_alone is the fastest alone of the
     configs other than the default), or None where no group has a tuned config to set against its default."""
@@ -111,7 +111,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
         for total, knobs in (("model_default_ms", default), ("model_fastest_alone_ms", fastest_alone),
                              ("model_picked_ms", picked)):
             totals[total] += medians[knobs] * task.count
-    db.replace_in_model(target, fingerprint, stored)
+    db.replace_picks(target, fingerprint, stored)
     return {"ranks": max(len(k) for k in configs.values()), "rounds": rounds, "runs": runs, "groups": rows,
             **totals}
 

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 from xcomp.progress import bar
+from xcomp.timing import Timing
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
 from xcomp.autotune.db import TuningDB, canonical_knobs
@@ -297,13 +298,14 @@ class Tuner:
         """Set the summary's "default -> tuned" from `rounds` measurements of the two side by side, the median
         of each. Their records keep the slower of two runs, which is right for choosing (a lucky run cannot
         pick a config) but not for reporting: one slow run of the default would pass for a speedup
-        (docs/decisions/tuning-timing.md). Not stored: the database keeps its rule."""
+        (docs/decisions/tuning-timing.md). Where no in-model step follows (the runner measures on another
+        machine), these rounds also make the pick (_pick_side_by_side)."""
         builds = self.builder.build(task.func_json, self.backend.target_string,
                                     [json.loads(knobs) for knobs in dict.fromkeys((default, best))])
         times = {knobs: [] for knobs in (default, best)}  # one list when the best is the default
         for _ in range(rounds):
             try:
-                _, results = self._run(task, builds)
+                workload, results = self._run(task, builds)
             except MeasurementDeferred:
                 return
             for result in results:
@@ -311,6 +313,20 @@ class Tuner:
                     return
                 times[canonical_knobs(result.knobs)].append(result.median_ms)
         task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
+        if not self.runner.measures_here:
+            self._pick_side_by_side(task, workload, default, best, times)
+
+    def _pick_side_by_side(self, task, workload, default: str, best: str, times: dict) -> None:
+        """The fastest alone replaces the default only where it was faster in every round side by side, else the
+        default stays; the pick is stored as the group's one record timed Timing.SIDE_BY_SIDE, the newest, so
+        `compile --db` builds it. A round times both within seconds, so a drift of the machine's speed reaches
+        them alike."""
+        picked = best if all(b < d for b, d in zip(times[best], times[default])) else default
+        if picked == default:
+            task.best_knobs, task.best_ms = json.loads(default), task.default_ms
+        record = dataclasses.replace(workload.record(json.loads(picked), times[picked], None),
+                                     timing=Timing.SIDE_BY_SIDE)
+        self.db.replace_picks(workload.target, workload.hw_fingerprint, {workload.key: [record]})
 
     def _remeasure(self, task, batch) -> bool:
         """Measure `batch` (canonical knobs) again into the database and refresh task.measured; False when the

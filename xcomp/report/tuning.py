@@ -9,10 +9,10 @@ def tuning_curves(db_path, targets: list) -> dict:
     """{db, curves: [{target, key, group, kind, hw_fingerprint, timing, trials, failed, points: [[trial, best_ms]],
     best_ms}]} for the groups of the report's targets, a curve per machine and way of timing (times taken warm
     and cold do not make one curve). Records are ordered by `created`; a failed candidate counts as a trial but
-    does not lower the curve. Configs timed again inside the model (Timing.IN_MODEL) are no trials."""
+    does not lower the curve. A tuning run's picks (timing.PICKS) are no trials."""
     from xcomp.backends.base import HardwareSpec
     from xcomp.autotune.db import TuningDB
-    from xcomp.timing import Timing
+    from xcomp.timing import PICKS
 
     curves = []
     with TuningDB(db_path) as db:
@@ -21,7 +21,7 @@ def tuning_curves(db_path, targets: list) -> dict:
             fingerprint_here = HardwareSpec.from_dict(entry["hardware"]).fingerprint()
             by_group = {}
             for record in db.records(target=entry["target"]):
-                if (names and record.workload_key not in names) or record.timing == Timing.IN_MODEL:
+                if (names and record.workload_key not in names) or record.timing in PICKS:
                     continue
                 group = (record.workload_key, record.hw_fingerprint, record.kind, record.timing)
                 by_group.setdefault(group, []).append(record)
