@@ -78,6 +78,20 @@ class FeatureExtractor:
         self._ms = ms
         self._extractor = ms.feature_extractor.PerStoreFeature()
 
+    def _context(self, mod):
+        """A MetaSchedule TuneContext holding `mod` and the target, which is all the feature extractor reads.
+        Made through its FFI constructor: TuneContext.__init__ first imports tvm.s_tir.tensor_intrin, which
+        parses hundreds of TVMScript functions (10 s to minutes) and would be every `xcomp compile`'s cost
+        (docs/decisions/one-time-costs.md); the features are the same either way."""
+        from tvm.s_tir.meta_schedule import _ffi_api
+        from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+        ms = self._ms
+        ctx = ms.TuneContext.__new__(ms.TuneContext)
+        ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, self.target, None, None, "main", 1, -1,
+                                           get_logging_func(get_logger(__name__)))
+        return ctx
+
     def program_vector(self, scheduled_func) -> np.ndarray:
         import tvm
         from tvm import s_tir
@@ -85,7 +99,7 @@ class FeatureExtractor:
         ms = self._ms
         func = scheduled_func.with_attr("global_symbol", "main")
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-        ctx = ms.TuneContext(mod=sch.mod, target=self.target)
+        ctx = self._context(sch.mod)
         cand = ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(func))
         per_store = self._extractor.extract_from(ctx, [cand])[0].numpy()
         if per_store.size == 0:
