@@ -207,8 +207,8 @@ def _whole_model_error(m, n, k, dtype, group_knobs) -> float:
     return relative_error(module(x, w), reference)
 
 
-def build_torch_model(name, dtype):
-    """(module on the GPU, inputs_for(seed) -> tuple of GPU tensors, ONNX input names), seeded weights."""
+def build_torch_model(name, dtype, device="cuda"):
+    """(module on `device`, inputs_for(seed) -> tuple of tensors there, ONNX input names), seeded weights."""
     import torch
 
     torch.manual_seed(SEED)
@@ -220,7 +220,7 @@ def build_torch_model(name, dtype):
 
         def inputs_for(seed):
             ids = torch.randint(0, config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(seed))
-            return ids.cuda(), torch.ones(1, 128, dtype=torch.int64, device="cuda")
+            return ids.to(device), torch.ones(1, 128, dtype=torch.int64, device=device)
     else:
         import torchvision
 
@@ -228,25 +228,50 @@ def build_torch_model(name, dtype):
 
         def inputs_for(seed):
             image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(seed))
-            return (image.to("cuda", torch_dtype(dtype)),)
-    return model.eval().to("cuda", torch_dtype(dtype)), inputs_for, names
+            return (image.to(device, torch_dtype(dtype)),)
+    return model.eval().to(device, torch_dtype(dtype)), inputs_for, names
+
+
+def export_model(name, dtype, path, device="cuda"):
+    """Export the model to ONNX at `path` (opset 17, the legacy exporter); returns build_torch_model's triple."""
+    import torch
+
+    model, inputs_for, names = build_torch_model(name, dtype, device)
+    with torch.no_grad():
+        torch.onnx.export(model, inputs_for(SEED), path, opset_version=17, dynamo=False, input_names=names,
+                          output_names=["y"])
+    return model, inputs_for, names
 
 
 def _first(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
+def prediction(module, measured_ms) -> dict:
+    """What xcomp bench would predict for this module's target without a GPU (xcomp/report/predict.py), beside
+    the inputs benchmarks/calibrate_gpu.py fits it with: kernel calls per run and the roofline bound."""
+    from xcomp.report.predict import calibration, predict_groups
+
+    calibrated = calibration(module.backend.target_string)
+    rows = predict_groups(module.groups, module.backend.spec, calibrated)
+    fields = {"kernel_calls": sum(r["count"] for r in rows),
+              "roofline_ms": sum(r["roofline_predicted_ms"] * r["count"] for r in rows)}
+    if calibrated:
+        fields["predicted_ms"] = sum(r["predicted_total_ms"] for r in rows)
+        fields["prediction_error"] = fields["predicted_ms"] / measured_ms - 1
+    return fields
+
+
 def run_model(name, dtype, out_dir, budget):
     import torch
 
     import xcomp
+    from xcomp.report.profile import profile_module
 
     row = {"model": name, "dtype": dtype, "batch": 1}
-    model, inputs_for, names = build_torch_model(name, dtype)
-    args = inputs_for(SEED)
     path = os.path.join(out_dir, f"{name}_{dtype}.onnx")
-    with torch.no_grad():
-        torch.onnx.export(model, args, path, opset_version=17, dynamo=False, input_names=names, output_names=["y"])
+    model, inputs_for, names = export_model(name, dtype, path)
+    args = inputs_for(SEED)
     tolerance = 1e-2 if dtype == "float16" else 1e-3
     for key, cuda_graph in (("xcomp_ms", False), ("xcomp_cuda_graph_ms", True)):
         t = time.monotonic()
@@ -263,6 +288,10 @@ def run_model(name, dtype, out_dir, budget):
             row[key.replace("_ms", "_error")] = f"wrong result: max error {max(errors):.3g} of the largest output"
             continue
         row[key] = module.benchmark(dict(zip(names, (a.cpu().numpy() for a in args))), repeat=50)["median_ms"]
+        if not cuda_graph:
+            row.update(prediction(module, row[key]))
+            if budget.left() > 120:  # per-group times: what a per-kind calibration of the prediction needs
+                row["groups"] = [g.to_dict() for g in profile_module(module, repeat=5, progress=False)]
     os.remove(path)
     for key, mode in TORCH_MODES.items():
         if budget.left() < 60 and mode is not None:

@@ -37,3 +37,38 @@ def test_dry_run_writes_the_results_shape(tmp_path):
         assert "mma.sync.aligned.m16n8k16" in f.read()
     if shutil.which("ptxas", path=env["PATH"]):
         assert any("0 bytes spill stores" in line for line in row["ptxas"]), row["ptxas"]
+
+
+def _benchmark(name):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_the_calibration_fit_recovers_a_known_cost_per_call_and_fraction():
+    calibrate = _benchmark("calibrate_gpu")
+    truth = {"call_ms": 0.05, "fraction": 0.1}
+    rows = [{"kernel_calls": calls, "roofline_ms": roofline} for calls, roofline in ((57, 0.128), (57, 0.032),
+                                                                                     (120, 0.4))]
+    for row in rows:
+        row["xcomp_ms"] = calibrate.predicted(row, truth)
+    fitted = calibrate.fit(rows)
+    assert fitted["call_ms"] == pytest.approx(0.05) and fitted["fraction"] == pytest.approx(0.1)
+    assert calibrate.fit(rows[:2]) == pytest.approx(fitted)  # two rows already determine both
+
+
+def test_the_suite_s_prediction_fields_for_a_module_compiled_without_a_gpu():
+    """What run_model records beside each measured model: the calibrated prediction and its error."""
+    import xcomp
+    from conftest import tiny_mlp
+    from xcomp.report.predict import calibration
+
+    module = xcomp.compile(tiny_mlp(8), target="cuda:sm_90", progress=False)
+    fields = _benchmark("gpu_suite").prediction(module, measured_ms=1.0)
+    calibrated = calibration("cuda:sm_90")
+    assert fields["kernel_calls"] >= 1 and fields["roofline_ms"] > 0
+    assert fields["predicted_ms"] == pytest.approx(fields["kernel_calls"] * calibrated["call_ms"]
+                                                   + fields["roofline_ms"] / calibrated["fraction"])
+    assert fields["prediction_error"] == pytest.approx(fields["predicted_ms"] - 1.0)

@@ -262,21 +262,31 @@ def test_gemm_baseline_is_the_vendor_blas_of_the_targets_hardware():
 
 
 def test_predicted_targets_are_roofline_and_labelled(run):
+    """Each group's roofline bound, and the prediction: the bound itself, or where the target has a calibration
+    (fitted to measured runs), a cost per call plus the bound at the fraction of the peak those runs reached."""
     from xcomp.backends import get_backend
+    from xcomp.report.predict import calibration
 
     r = run["report"]
+    assert calibration("cuda:sm_90") is not None  # fitted to the H200 runs in benchmarks/results/gpu
     for name in GPU_TARGETS:
         t = target(r, name)
         assert t["status"] == "predicted" and "latency" not in t and "samples_ms" not in t
         spec = get_backend(name).spec
-        total = 0.0
+        calibrated = calibration(name)
+        total = roofline = 0.0
         for g in t["groups"]:
             assert "median_ms" not in g and g["peak_dtype"] == "float32"
             bound = max(g["flops"] / spec.peak("float32"), g["bytes"] / spec.mem_bandwidth) * 1e3
-            assert g["predicted_ms"] == pytest.approx(bound)
-            total += bound * g["count"]
+            assert g["roofline_predicted_ms"] == pytest.approx(bound)
+            expected = calibrated["call_ms"] + bound / calibrated["fraction"] if calibrated else bound
+            assert g["predicted_ms"] == pytest.approx(expected)
+            total += expected * g["count"]
+            roofline += bound * g["count"]
         assert t["predicted"]["latency_ms"] == pytest.approx(total) and total > 0
+        assert t["predicted"]["roofline_ms"] == pytest.approx(roofline)
         assert "roofline" in t["predicted"]["method"]
+        assert ("calibrated" in t["predicted"]["method"]) == (calibrated is not None)
 
 
 def test_predicted_labelled_in_markdown_and_html(run):

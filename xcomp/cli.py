@@ -453,7 +453,8 @@ def _bench_report(args, targets):
         if b.get("status") != "measured":
             print(f"baseline {b['name']}: {b['status']} ({b.get('reason', '')})")
     if any(t["status"] == "predicted" for t in report["targets"]):
-        print("predicted: a roofline lower bound from the target's HardwareSpec, not a measurement")
+        print("predicted: from the target's HardwareSpec roofline, calibrated with runs measured on that kind of "
+              "device where there are some (docs/gpu-results.md); not a measurement")
     for note in report["notes"]:
         print(f"note: {note}")
     if paths:

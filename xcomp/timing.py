@@ -119,25 +119,27 @@ def calls_filling(fn, min_ms: float, sync=None) -> int:
     return max(1, int(min_ms / max(once, 1e-4)))
 
 
-def time_in_model(machines, runs: int) -> list:
+def time_in_model(machines, runs: int, sync=None) -> list:
     """{kernel name: [ms per call, ...]} per machine, each a (relax VirtualMachine, args) whose "main" was run
     once already: `runs` runs of each, alternating (run i of every machine before run i + 1 of any, so a drift
     of the machine's speed reaches them alike), each kernel call timed by a VM instrument around it. A call
     finds its inputs where the previous kernel left them and its weights where the rest of the model evicted
-    them to. Each time includes the instrument's own overhead, a few microseconds."""
+    them to. Each time includes the instrument's own overhead, a few microseconds. On a GPU pass the device's
+    `sync`: a launch returns before its kernel ran, so each call is timed from an idle device to its end."""
     times = [{} for _ in machines]
     for (vm, _), calls in zip(machines, times):
-        vm.set_instrument(_instrument(calls))
+        vm.set_instrument(_instrument(calls, sync or (lambda: None)))
     for _ in range(runs):
         for vm, args in machines:
             vm["main"](*args)
     return times
 
 
-def _instrument(times: dict):
+def _instrument(times: dict, sync):
     started = {}
 
     def instrument(func, name, before, ret, *call_args):  # noqa: ARG001 (TVM's instrument signature)
+        sync()
         now = time.perf_counter()
         if before:
             started[name] = now

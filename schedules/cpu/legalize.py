@@ -256,7 +256,7 @@ def _conv2d(spec):
         attrs = call.attrs
         geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
                     "dilation": [int(d) for d in attrs.dilation]}
-        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) in blocked:  # see xcomp/layout.py
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) in blocked:  # see xcomp/graph/layout.py
             winograd = _winograd(bb, call, geometry)
             if winograd is not None:
                 return winograd

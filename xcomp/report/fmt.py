@@ -53,7 +53,7 @@ def origin_text(entry) -> str:
     if origin.get("kind") == "results file":
         return f"measured on {origin.get('hostname') or '?'} (from {origin.get('file')})"
     if origin.get("kind") == "predicted":
-        return "predicted from the HardwareSpec roofline"
+        return "predicted from the HardwareSpec roofline (calibrated where measured runs exist)"
     return "measured in this run"
 
 

@@ -88,9 +88,9 @@ def render_html(report, charts: dict) -> str:
             f'({_e(report["machine"]["cpu_model"])}) &middot; xcomp {_e(report["versions"]["xcomp"])} &middot; '
             f'TVM {_e(report["versions"]["tvm"])}</div>', _cards(report)]
     if any(t["status"] != "measured" for t in report["targets"]):
-        body.append('<div class="callout"><b>Predicted</b> numbers are roofline lower bounds computed from the '
-                    "target's HardwareSpec (no such device on this machine and no results file measured it). "
-                    "They are not measurements.</div>")
+        body.append('<div class="callout"><b>Predicted</b> numbers come from the target\'s HardwareSpec '
+                    "roofline, calibrated with runs measured on that kind of device where there are some (no such "
+                    "device on this machine and no results file measured it). They are not measurements.</div>")
     for table in all_tables(report):
         body.append(table_html(table))
         if table.key == "latency" and "latency" in charts:

@@ -38,8 +38,9 @@ def render_md(report, charts: dict) -> str:
            f"{report['created']} on {report['machine']['hostname']} ({report['machine']['cpu_model']}). "
            f"Targets: {targets}.", ""]
     if any(t["status"] != "measured" for t in report["targets"]):
-        out += ["> **Predicted** numbers are roofline lower bounds computed from the target's HardwareSpec "
-                "(no such device here, no results file for it); they are not measurements.", ""]
+        out += ["> **Predicted** numbers come from the target's HardwareSpec roofline, calibrated with runs "
+                "measured on that kind of device where there are some (no such device here, no results file for "
+                "it); they are not measurements.", ""]
     for table in all_tables(report):
         out.append(table_md(table))
         if table.key == "latency" and "latency" in charts:

@@ -77,7 +77,8 @@ def latency_table(report) -> Table:
                    "CPU baselines are set against this machine's CPU. max |diff|: against the reference's outputs on "
                    "the same inputs; \"uniform reference\" marks outputs that are one repeated value, which "
                    "mixed-up channels or pixels would match too (a weak check). Predicted rows are "
-                   "roofline lower bounds from the target's HardwareSpec, not measurements.")
+                   "from the target's HardwareSpec roofline, calibrated with runs measured on that kind of device "
+                   "where there are some; not measurements.")
     for e in report["targets"]:
         value, predicted = fmt.target_latency(e)
         if predicted:
@@ -126,8 +127,8 @@ def group_table(entry, top=25) -> Table:
     if entry["status"] != "measured":
         t = Table(f"groups-{entry['target']}", f"Operator groups on {label}",
                   ["group", "kind", "count", "FLOPs", "bytes", "predicted time", "predicted % of total", "bound"],
-                  note="Predicted: each group's roofline bound max(FLOPs / peak, bytes / bandwidth) on "
-                       + fmt.spec_summary(entry["hardware"]) + ".")
+                  note="Predicted: " + entry["predicted"]["method"] + "; on " + fmt.spec_summary(entry["hardware"])
+                       + ".")
         for g in entry["groups"][:top]:
             t.add([g["group"], g["kind"], g["count"], fmt.si(g["flops"]), fmt.si(g["bytes"], "B"),
                    f"{fmt.ms(g['predicted_ms'])} (predicted)", f"{100 * g['predicted_share']:.1f}% (predicted)",

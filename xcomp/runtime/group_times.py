@@ -24,6 +24,7 @@ def interleaved_in_model_times(modules, runs: int = 10) -> list:
     from .module import runtime_checks_as_input_errors
 
     machines = []
+    device = modules[0].backend.device()
     with runtime_checks_as_input_errors():
         for module in modules:
             vm = relax.VirtualMachine(module._executable, module.backend.device())
@@ -31,4 +32,4 @@ def interleaved_in_model_times(modules, runs: int = 10) -> list:
             args = [tvm.runtime.tensor(inputs[spec.name], module.backend.device()) for spec in module.inputs]
             vm["main"](*args)  # warm-up, uninstrumented
             machines.append((vm, args))
-        return time_in_model(machines, runs)
+        return time_in_model(machines, runs, sync=device.sync if modules[0].backend.spec.is_gpu else None)
