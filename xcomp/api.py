@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_db=None,  # noqa: A001
-            progress: bool = False, input_values: dict | None = None, cuda_graph: bool = False):
+            progress: bool = False, input_values: dict | None = None, cuda_graph: bool = False,
+            costmodel=True):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
     model:        path to an .onnx file, its bytes, an onnx.ModelProto, or `onnx:NAME` for a model shipped
@@ -14,6 +15,11 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
                   static shapes, tiled templates, tunable. Without it symbolic dims stay symbolic and the module
                   serves every size of them.
     tune_db:      a tuning database (from `xcomp tune`): each group uses its fastest measured config.
+    costmodel:    groups without tuning records use the shipped cost model's predicted best config where its
+                  held-out evidence trusts the group's template on this hardware, the template default
+                  elsewhere (module.info["schedules"] says "costmodel" or "default" per group). False: every such
+                  group uses its template default. A path: that model file, with its .confidence.json beside
+                  it (python -m xcomp.autotune.pretrain writes both).
     progress:     show tqdm progress bars.
     input_values: {input name: array} fixing inputs that set shapes (a ReduceSum's axes, a Resize's scales) to
                   constants: TVM needs those at compile time, and compile says which inputs when it does.
@@ -27,7 +33,8 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
 
     with tvm_log_to_logging():
         return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db,
-                             progress=progress, input_values=input_values, cuda_graph=cuda_graph)
+                             progress=progress, input_values=input_values, cuda_graph=cuda_graph,
+                             costmodel=costmodel)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,

@@ -135,7 +135,8 @@ def cmd_compile(args):
 
     model = _model_arg(args.model)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                           progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph)
+                           progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph,
+                           costmodel=args.costmodel)
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -522,6 +523,11 @@ def build_parser():
                    help="CUDA: replay the kernels as CUDA graphs (one launch per graph instead of one per kernel; "
                    "static shapes; captured on the first run)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
+    p.add_argument("--no-costmodel", dest="costmodel", action="store_false",
+                   help="groups without --db records get their template's default config; without this flag "
+                   "they get the shipped cost model's predicted fastest config wherever its held-out evidence "
+                   "trusts that template on this kind of hardware (the notes say how many; "
+                   "docs/decisions/zero-measurement-compile.md)")
     common(p)
     p.set_defaults(func=cmd_compile)
 

@@ -56,10 +56,11 @@ def _shape_funcs_noalias():
     return _pass
 
 
-def schedule_group(group, ctx, knobs):
-    """Scheduled PrimFunc for a group and where its schedule came from: the database's config, else the
-    template default, else the template's safe fallback (CPU: the generic schedule), else (CPU) the plain func.
-    Each step down says why in the source, e.g. "default (database failed: ...)"."""
+def schedule_group(group, ctx, knobs, predictor=None):
+    """Scheduled PrimFunc for a group and where its schedule came from: the database's config, else (no
+    record, `predictor` given and trusted for the group's template here) the cost model's predicted config, else
+    the template default, else the template's safe fallback (CPU: the generic schedule), else (CPU) the plain
+    func. Each step down says why in the source, e.g. "default (database failed: ...)"."""
     from xcomp import schedules
 
     reasons = []
@@ -77,6 +78,14 @@ def schedule_group(group, ctx, knobs):
     except Exception as err:  # a template's bug: a silently slower fallback would hide it
         raise InternalError(f"template for group {group.name} ({group.kind}) failed: {describe(err)}") from err
     attempts = [(knobs, "database")] if knobs is not None else []
+    if knobs is None and predictor is not None and template is not None and not group.symbols:
+        try:
+            predicted = predictor.pick(template, group.kind, seed=group.key)
+        except Exception as err:  # a prediction is an extra: the default still serves, and the note says why
+            predicted = None
+            reasons.append(f"costmodel failed: {describe(err)}")
+        if predicted is not None:
+            attempts.append((predicted, "costmodel"))
     attempts.append((None, "default"))
     for attempt_knobs, source in attempts if template is not None else []:
         try:
@@ -93,8 +102,9 @@ def schedule_group(group, ctx, knobs):
     return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")
 
 
-def schedule_module(mod, groups, ctx, best_knobs=None, progress=True):
-    """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once."""
+def schedule_module(mod, groups, ctx, best_knobs=None, progress=True, predictor=None):
+    """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once.
+    `predictor` (costmodel.predict): picks configs for groups without a database config (schedule_group)."""
     from xcomp.graph.partition import unique_groups
 
     best_knobs = best_knobs or {}
@@ -104,7 +114,7 @@ def schedule_module(mod, groups, ctx, best_knobs=None, progress=True):
     groups_bar = bar(merged.items(), desc="schedule", unit="group", enabled=progress, leave=False)
     for key, (rep, _count) in groups_bar:
         groups_bar.set_postfix_str(rep.kind)
-        func, choice = schedule_group(rep, ctx, best_knobs.get(key))
+        func, choice = schedule_group(rep, ctx, best_knobs.get(key), predictor)
         scheduled[key] = func
         choices[key] = choice
     for group in groups:
@@ -135,11 +145,14 @@ def build_executable(mod, backend, cuda_graph=False):
 
 
 def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None,
-                  group_knobs=None, cuda_graph=False):
+                  group_knobs=None, cuda_graph=False, costmodel=True):
     """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
-    their fastest measured config, the rest their template default. `group_knobs` ({group key: knobs}) sets
-    configs before the database does (the tuner compiles the model with chosen candidates so). `cuda_graph`:
-    replay the model's kernels as CUDA graphs (CUDA targets only)."""
+    their fastest measured config; the rest the cost model's predicted best where its held-out evidence trusts
+    the group's template on this hardware (costmodel/predict.py), else their template default. `costmodel`:
+    True (the shipped model), False (template defaults: what the tuner measures against), or the path of a
+    model file with its .confidence.json beside it. `group_knobs` ({group key: knobs}) sets configs before the
+    database does (the tuner compiles the model with chosen candidates so). `cuda_graph`: replay the model's
+    kernels as CUDA graphs (CUDA targets only)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.runtime.module import Module
@@ -173,8 +186,12 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
 
         t = time.perf_counter()
         steps.set_postfix_str("schedule")
-        mod, choices = schedule_module(mod, groups, backend.schedule_context(), best_knobs, progress=progress)
+        predictor = _predictor(backend, costmodel)
+        mod, choices = schedule_module(mod, groups, backend.schedule_context(), best_knobs, progress=progress,
+                                       predictor=predictor)
         timings["schedule_s"] = time.perf_counter() - t
+        if predictor is not None:
+            timings["predict_s"] = predictor.seconds
         steps.update()
 
         t = time.perf_counter()
@@ -195,14 +212,32 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "compile_times": timings,
             "cuda_graph": cuda_graph,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
-            "notes": notes + _schedule_notes(groups, choices),
+            "notes": notes + _schedule_notes(groups, choices) + _costmodel_notes(choices),
         },
         bound_inputs=imported.bound_inputs,
     )
+
+
+def _predictor(backend, costmodel):
+    """The cost model's predictor for this backend's hardware, or None (turned off, or nothing trusted here)."""
+    if costmodel is False or costmodel is None:
+        return None
+    from xcomp.costmodel.predict import load_predictor
+
+    return load_predictor(backend.spec, backend.target(), None if costmodel is True else costmodel)
 
 
 def _schedule_notes(groups, choices) -> list:
     """A line per unique group whose schedule stepped down from the template's own (or the database's) config."""
     names = {g.key: g.name for g in groups}
     return [f"group {names[key]}: schedule {choice.source}" for key, choice in choices.items()
-            if choice.source not in ("database", "default")]
+            if choice.source not in ("database", "default", "costmodel")]
+
+
+def _costmodel_notes(choices) -> list:
+    """One line saying how many unique groups run the cost model's predicted config instead of the default."""
+    predicted = sum(choice.source == "costmodel" for choice in choices.values())
+    if not predicted:
+        return []
+    return [f"{predicted} of {len(choices)} unique groups use the cost model's predicted config, not the template "
+            "default (no tuning records for them; --no-costmodel: the defaults)"]

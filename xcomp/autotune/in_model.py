@@ -89,7 +89,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
 
     def build(group_knobs):
         return compile_model(model, backend.target_string, input_shapes, progress=False, input_values=input_values,
-                             group_knobs=group_knobs)
+                             group_knobs=group_knobs, costmodel=False)  # the others at default, as measured
 
     times = time_configs_in_model(build, configs, rounds, runs, progress)
     target, fingerprint = backend.target_string, backend.spec.fingerprint()

@@ -1,0 +1,132 @@
+"""Zero-measurement compile, leave one model out: how much of a tuning run's gain the cost model's predicted
+configs recover on a model none of whose groups it was trained on.
+
+Usage: python benchmarks/zero_measurement.py -m onnx:light_squeezenet -m onnx:light_resnet50 ... \
+           [--records benchmarks/records] [--holdout onnx:light_resnet50 ...] [--repeat 40] [--json]
+
+For each held-out model (default: every -m with records from this machine), a cost model and its confidence
+table are trained as `python -m xcomp.autotune.pretrain` trains the shipped ones, on the records of every
+workload the held-out model does not have (every host's; the confidence table by leaving each of the other
+models out in turn, so the held-out model decides nothing). The held-out model is then compiled three ways and
+timed whole, in alternating blocks on the same inputs (xcomp.report.bench.alternating_blocks):
+  default    every group its template default (--no-costmodel)
+  predicted  that cost model's pick where its confidence table trusts the template here, else the default
+  tuned      this machine's tuning records of the held-out model (compile --db; --no-costmodel, so groups the
+             tuner left alone stay at default)
+recovered = (default - predicted) / (default - tuned), from the medians. The records of this machine's model
+are `<records>/<host fingerprint>/<model name>.jsonl`, one file per model (benchmarks/records/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECORDS = os.path.join(HERE, "records")
+
+
+def _name(model: str) -> str:
+    return os.path.splitext(os.path.basename(model.split(":", 1)[-1]))[0]
+
+
+def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress):
+    """The three compiles of `model` and their medians; rows: pretrain.collect over every model."""
+    import xcomp
+    from xcomp.autotune import pretrain
+    from xcomp.autotune.db import TuningDB
+    from xcomp.frontends.examples import resolve
+    from xcomp.report.bench import alternating_blocks
+
+    folder = os.path.join(scratch, _name(model))
+    os.makedirs(folder)
+    path = resolve(model)
+    others = [m for m in models if m != path]
+    table = pretrain.train(rows.subset(~rows.of_model(path)), others, os.path.join(folder, "model.json"), seed)
+    db = os.path.join(folder, "tuned.sqlite")
+    with TuningDB(db) as tuned_db:
+        tuned_db.import_jsonl(os.path.join(records_dir, _name(model) + ".jsonl"))
+
+    modules, compile_s = {}, {}
+    for name, kwargs in (("default", {"costmodel": False}), ("predicted", {"costmodel": os.path.join(folder,
+                                                                                                    "model.json")}),
+                         ("tuned", {"costmodel": False, "tune_db": db})):
+        start = time.perf_counter()
+        modules[name] = xcomp.compile(path, **kwargs)
+        compile_s[name] = time.perf_counter() - start
+    inputs = modules["default"].random_inputs(seed)
+    reference = modules["default"].run(inputs)
+    for name in ("predicted", "tuned"):
+        for (out, got), want in zip(modules[name].run(inputs).items(), reference.values()):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{model} {name}: output {out}")
+    steady, _ = alternating_blocks({name: (lambda m=m: m.run(inputs)) for name, m in modules.items()}, repeat,
+                                   warmup, progress=progress)
+    ms = {name: float(np.median(times)) for name, times in steady.items()}
+    gain = ms["default"] - ms["tuned"]
+    sources = [c["source"] for c in modules["predicted"].info["schedules"].values()]
+    trusted = sorted(t for hw in table["hardware"].values() for t, v in hw["templates"].items() if v["confident"])
+    return {
+        "model": _name(model),
+        "ms": ms,
+        "recovered": (ms["default"] - ms["predicted"]) / gain if gain > 0 else None,
+        "predicted_groups": sources.count("costmodel"),
+        "unique_groups": len(sources),
+        "trusted_templates": trusted,
+        "compile_s": compile_s,
+        "predict_s": modules["predicted"].info["compile_times"].get("predict_s", 0.0),
+        "training_records": int((~rows.of_model(path)).sum()),
+    }
+
+
+def main():
+    from xcomp.autotune import pretrain
+    from xcomp.backends import get_backend
+    from xcomp.frontends.examples import resolve
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--model", action="append", required=True, help="onnx:NAME or .onnx (repeatable)")
+    parser.add_argument("--records", default=RECORDS, help="folder of host folders (default benchmarks/records)")
+    parser.add_argument("--holdout", action="append", help="models to hold out (default: each -m with records "
+                        "from this machine)")
+    parser.add_argument("--repeat", type=int, default=40, help="timed calls per build")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    args = parser.parse_args()
+
+    backend = get_backend("cpu")
+    mine = os.path.join(args.records, backend.spec.fingerprint())
+    holdouts = args.holdout or [m for m in args.model if os.path.exists(os.path.join(mine, _name(m) + ".jsonl"))]
+    if not holdouts:
+        parser.error(f"no records of these models from this machine in {mine}")
+    models = [resolve(m) for m in args.model]
+    log = sys.stderr if args.json else sys.stdout
+    start = time.perf_counter()
+    rows = pretrain.collect(models, (), [args.records], progress=not args.json)
+    print(f"featurized {len(rows.y)} records in {time.perf_counter() - start:.0f}s", file=log)
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for model in holdouts:
+            result = held_out(model, rows, models, mine, scratch, args.repeat, args.warmup, args.seed,
+                              progress=not args.json)
+            results.append(result)
+            ms, rec = result["ms"], result["recovered"]
+            print(f"{result['model']:22s} default {ms['default']:8.2f}  predicted {ms['predicted']:8.2f}  tuned "
+                  f"{ms['tuned']:8.2f} ms  recovered {'n/a' if rec is None else f'{rec:6.0%}'}  "
+                  f"({result['predicted_groups']}/{result['unique_groups']} groups predicted, "
+                  f"+{result['predict_s']:.1f}s compile)", file=log)
+    out = {"host": backend.spec.name, "fingerprint": backend.spec.fingerprint(), "repeat": args.repeat,
+           "models": [_name(m) for m in args.model], "results": results}
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+
+
+if __name__ == "__main__":
+    main()

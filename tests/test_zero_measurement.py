@@ -1,0 +1,217 @@
+"""Compiling with no measurements: the cost model's pick where its held-out evidence trusts the template here,
+the template default elsewhere, `--no-costmodel` to turn it off, and the results still right."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_matches_ort, make_model
+
+import xcomp
+from xcomp.costmodel.predict import (Predictor, candidates, confidence_path, file_sha256, hardware_class, judge,
+                                     load_predictor, pick_gain, template_key)
+
+
+def _gemm_relu():
+    """x[64,64] @ W + relu: one matmul group with a knob space, one elementwise group."""
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
+    return make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["h"]), onnx.helper.make_node("Relu", ["h"], ["y"])],
+                      [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
+                      [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+
+
+class _LastWins:
+    """A made-up cost model: the last candidate ranked scores highest."""
+
+    def predict(self, features):
+        return np.arange(len(features), dtype=np.float32)
+
+
+def _backend():
+    from xcomp.backends import get_backend
+
+    return get_backend("cpu")
+
+
+def _trusting(templates, spec):
+    return {"hardware": {hardware_class(spec): {"templates": {t: {"confident": True} for t in templates}}}}
+
+
+def _matmul_template():
+    from xcomp import schedules
+    from xcomp.frontends import load_onnx
+    from xcomp.graph.partition import partition
+
+    backend = _backend()
+    _, groups = partition(load_onnx(_gemm_relu()).mod, backend.spec)
+    group = next(g for g in groups if g.kind == "matmul")
+    return group, schedules.get_template(group.func, backend.schedule_context())
+
+
+def test_the_default_stays_where_no_evidence_trusts_the_template():
+    backend = _backend()
+    group, template = _matmul_template()
+    key = template_key(template, group.kind)
+    assert Predictor(_LastWins(), {}, backend.spec, backend.target()).pick(template, group.kind) is None
+    other_host = {"hardware": {"cpu:another:64c": {"templates": {key: {"confident": True}}}}}
+    assert Predictor(_LastWins(), other_host, backend.spec, backend.target()).pick(template, group.kind) is None
+    doubted = {"hardware": {hardware_class(backend.spec): {"templates": {key: {"confident": False}}}}}
+    assert Predictor(_LastWins(), doubted, backend.spec, backend.target()).pick(template, group.kind) is None
+
+
+def test_the_model_s_pick_where_the_evidence_trusts_the_template():
+    backend = _backend()
+    group, template = _matmul_template()
+    predictor = Predictor(_LastWins(), _trusting([template_key(template, group.kind)], backend.spec), backend.spec,
+                          backend.target())
+    pool = candidates(template, seed=group.key)
+    assert pool[0] == template.default_knobs() and len(pool) > 1
+    assert pool == candidates(template, seed=group.key)  # the same candidates on every compile
+    assert predictor.pick(template, group.kind, seed=group.key) == pool[-1]
+
+
+def _with_made_up_predictor(monkeypatch):
+    from xcomp import pipeline
+
+    def made_up(backend, costmodel):
+        if costmodel is False:
+            return None
+        _, template = _matmul_template()
+        return Predictor(_LastWins(), _trusting([template_key(template, "matmul")], backend.spec), backend.spec,
+                         backend.target())
+
+    monkeypatch.setattr(pipeline, "_predictor", made_up)
+
+
+def test_compile_uses_the_pick_and_still_matches_onnxruntime(monkeypatch):
+    _with_made_up_predictor(monkeypatch)
+    model = _gemm_relu()
+    module = xcomp.compile(model)
+    sources = {choice["source"] for choice in module.info["schedules"].values()}
+    assert "costmodel" in sources, module.info["schedules"]
+    assert any("cost model's predicted config" in note for note in module.info["notes"])
+    assert "predict_s" in module.info["compile_times"]
+    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    assert_matches_ort(module, model, {"x": x})
+
+
+def test_no_costmodel_keeps_every_default(monkeypatch, tmp_path):
+    from xcomp.cli import build_parser, main
+
+    _with_made_up_predictor(monkeypatch)
+    assert build_parser().parse_args(["compile", "m.onnx", "--no-costmodel"]).costmodel is False
+    assert build_parser().parse_args(["compile", "m.onnx"]).costmodel is True
+    module = xcomp.compile(_gemm_relu(), costmodel=False)
+    assert {c["source"] for c in module.info["schedules"].values()} == {"default"}
+    path = tmp_path / "m.onnx"
+    onnx.save(_gemm_relu(), path)
+    assert main(["compile", str(path), "--no-costmodel", "-q", "-o", str(tmp_path / "m.xc")]) == 0
+    assert {c["source"] for c in xcomp.load(str(tmp_path / "m.xc")).info["schedules"].values()} == {"default"}
+
+
+def test_database_records_win_over_predictions(monkeypatch):
+    from xcomp.pipeline import schedule_group
+
+    backend = _backend()
+    group, template = _matmul_template()
+    predictor = Predictor(_LastWins(), _trusting([template_key(template, group.kind)], backend.spec), backend.spec,
+                          backend.target())
+    recorded = candidates(template, seed=group.key)[1]
+    _, choice = schedule_group(group, backend.schedule_context(), recorded, predictor)
+    assert (choice.source, choice.knobs) == ("database", recorded)
+    _, choice = schedule_group(group, backend.schedule_context(), None, predictor)
+    assert choice.source == "costmodel"
+
+
+def _model_file(tmp_path):
+    from xcomp.costmodel import CostModel
+    from xcomp.costmodel.features import LENGTH
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "m.json"
+    CostModel(rounds=2).fit(rng.random((8, LENGTH)), rng.random(8), ["a"] * 4 + ["b"] * 4).save(path)
+    return path
+
+
+def test_confidence_must_be_about_this_model_file(tmp_path):
+    from xcomp.costmodel import FEATURES_VERSION
+
+    backend = _backend()
+    path = _model_file(tmp_path)
+    table = {"features_version": FEATURES_VERSION, "model_sha256": file_sha256(path),
+             **_trusting(["matmul:MatmulTemplate"], backend.spec)}
+    with open(confidence_path(path), "w") as f:
+        json.dump(table, f)
+    assert load_predictor(backend.spec, backend.target(), path) is not None
+    with open(confidence_path(path), "w") as f:
+        json.dump({**table, "model_sha256": "another model"}, f)
+    assert load_predictor(backend.spec, backend.target(), path) is None
+    with open(confidence_path(path), "w") as f:
+        json.dump({**table, "hardware": {}}, f)
+    assert load_predictor(backend.spec, backend.target(), path) is None
+
+
+def test_the_rule_wants_enough_groups_a_gain_and_no_real_loss():
+    assert judge([1.1, 1.2, 1.05, 1.0])["confident"]
+    assert not judge([1.1, 1.2, 1.05])["confident"]  # too few groups
+    assert not judge([1.3, 1.3, 1.3, 0.9])["confident"]  # one pick lost 10%
+    assert not judge([1.0, 1.0, 1.01, 1.0])["confident"]  # no gain worth the risk
+    assert not judge([1.5, 1.5, 1.5, 0.0])["confident"]  # a pick that failed
+    assert pick_gain([0.1, 0.9], [2.0, 1.0], 0) == 2.0
+    assert pick_gain([0.9, 0.1], [2.0, 1.0], 0) == 1.0
+    assert pick_gain([0.1, 0.9], [2.0, np.inf], 0) == 0.0
+
+
+def test_held_out_picks_never_train_on_the_held_out_model_s_workloads(monkeypatch):
+    """A workload two models share is held out with each of them: the model that judges it never saw it."""
+    from xcomp.autotune import pretrain
+    from xcomp.costmodel.features import LENGTH
+
+    rng = np.random.default_rng(0)
+    keys = {"a": {"m1"}, "b": {"m1", "m2"}, "c": {"m2"}, "d": {"m3"}}
+    groups = [f"fp/{k}" for k in keys for _ in range(4)]
+    rows = pretrain.TrainingRows(
+        rng.random((len(groups), LENGTH)).astype(np.float32), rng.random(len(groups)) + 1, groups,
+        np.asarray([i % 4 == 0 for i in range(len(groups))]), {g: "cpu:x:2c" for g in groups},
+        {g: "matmul:T" for g in groups}, keys, {"cpu:x:2c": "x"})
+    seen = []
+
+    class Recording:
+        def __init__(self, seed=0):
+            pass
+
+        def fit(self, x, y, fit_groups):
+            seen.append(set(fit_groups))
+            return self
+
+        def predict(self, x):
+            return np.zeros(len(x))
+
+    monkeypatch.setattr("xcomp.costmodel.CostModel", Recording)
+    gains = pretrain.heldout_gains(rows, ["m1", "m2", "m3"])
+    assert seen == [{"fp/c", "fp/d"}, {"fp/a", "fp/d"}, {"fp/a", "fp/b", "fp/c"}]
+    assert sorted(g["group"] for g in gains) == ["fp/a", "fp/b", "fp/c", "fp/d"]
+    assert all(g["gain"] == 1.0 for g in gains)  # all scores tie: the first row, the default, is the pick
+
+
+@pytest.mark.slow
+def test_features_are_the_same_as_through_tune_context_s_constructor():
+    """FeatureExtractor makes its TuneContext without the constructor's tensor_intrin import (minutes on a
+    loaded machine): the features must be those the constructor's context gives."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from xcomp.costmodel import FeatureExtractor
+
+    backend = _backend()
+    group, template = _matmul_template()
+    features = FeatureExtractor(backend.spec, backend.target())
+    for knobs in candidates(template, limit=4, seed=group.key):
+        func = template.schedule(knobs)
+        fast = features.program_vector(func)
+        features._context = lambda mod: ms.TuneContext(mod=mod, target=backend.target())
+        np.testing.assert_array_equal(fast, features.program_vector(func))
+        del features._context
