@@ -110,18 +110,33 @@ class GPUBackend(Backend):
         return tvm.target.Target(attrs, host={"kind": "llvm"})
 
     def compile(self, mod, **kwargs):
+        with self._pass_context():
+            return super().compile(mod, tir_pipeline=_gpu_tir_pipeline(), **kwargs)
+
+    def lower_device_kernels(self, func) -> list:
+        """The device kernels of a scheduled PrimFunc as `compile` lowers them, up to code generation: the loops,
+        addresses and intrinsic calls the CUDA or ROCm code is printed from (tests/gpu_banks.py reads them)."""
+        import tvm
+        from tvm.tirx import compilation_pipeline
+
+        target = self.target()
+        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main").with_attr("target", target)})
+        with target, self._pass_context():
+            passes, _, _ = compilation_pipeline.PIPELINE_MAP[_gpu_tir_pipeline()]()
+            lowered = passes(mod)
+        return [f for f in lowered.functions.values() if int(f.attrs.get("calling_conv", 0)) == 2]  # kernel launch
+
+    def _pass_context(self):
         import tvm
 
         current = tvm.transform.PassContext.current()
         # CSE would bind threadIdx.x into a variable inside warp-buffer indices, where LowerWarpMemory can no
         # longer find it ("require positive constant coefficient on warp index"); nvcc and LLVM do their own CSE.
-        no_cse = tvm.transform.PassContext(
+        return tvm.transform.PassContext(
             opt_level=current.opt_level, required_pass=list(current.required_pass),
             disabled_pass=list(current.disabled_pass), instruments=list(current.instruments),
             config={**current.config, "tirx.disable_cse_tir": True, "tirx.use_async_copy": True},
         )
-        with no_cse:
-            return super().compile(mod, tir_pipeline=_gpu_tir_pipeline(), **kwargs)
 
     def device(self):
         return self.runtime_device()
