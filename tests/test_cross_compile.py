@@ -227,10 +227,27 @@ def test_cuda_fp16_matmul_uses_tensor_cores(arch, tmp_path):
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stages, tmp_path):
+def _main_loop(ptx: str) -> str:
+    """The PTX of the loop with the most MMAs: from a label to the branch back to it."""
+    import re
+
+    lines = ptx.splitlines()
+    labels = {line.strip()[:-1]: n for n, line in enumerate(lines) if re.match(r"^\$L__BB\d+_\d+:$", line.strip())}
+    loops = []
+    for n, line in enumerate(lines):
+        branch = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if branch and labels.get(branch.group(1), n) < n:
+            loops.append("\n".join(lines[labels[branch.group(1)]:n + 1]))
+    return max(loops, key=lambda body: body.count("mma.sync"), default="")
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("knobs", [{}, {"k_frags": 1}, {"warps_m": 1, "warps_n": 4, "frags_n": 2}],
+                         ids=["default", "padded_rows", "rows128"])
+def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stages, knobs, tmp_path):
     """With pipeline stages, the next K tiles go global -> shared through cp.async while the current one runs its
-    ldmatrix + mma: the main loop waits on all but the stages-1 newest copy groups. ptxas -v reports no spills."""
+    ldmatrix + mma: the main loop waits on all but the stages-1 newest copy groups. The shared layouts (permuted,
+    padded) keep all of it in the main loop, and ptxas -v reports no spills."""
     import shutil
     import subprocess
 
@@ -238,10 +255,16 @@ def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stag
 
     backend = _cuda_backend("sm_90")
     template = gpu.get_template(matmul_prim_func(fused(_matmul_relu("float16")))[1], backend.schedule_context())
-    knobs = {**template.default_knobs(), "stages": stages}
+    knobs = {**template.default_knobs(), **knobs, "stages": stages}
+    assert template.valid(knobs), knobs
     ptx = emit(backend, "matmul_f16", tmp_path, knobs)["ptx"]
-    assert "cp.async.cg.shared.global" in ptx and f"cp.async.wait_group {stages - 1};" in ptx
-    assert "ldmatrix.sync.aligned" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+    loop = _main_loop(ptx)
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared" in loop and "ldmatrix.sync.aligned.m8n8.x4.trans" in loop
+    assert "mma.sync.aligned.m16n8k16" in loop
+    if stages > 1:
+        assert "cp.async.cg.shared.global" in loop and f"cp.async.wait_group {stages - 1};" in loop
+    else:
+        assert "st.shared.v4" in loop and "cp.async" not in ptx
     ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
     if os.path.exists(ptxas):
         (tmp_path / "k.ptx").write_text(ptx)
@@ -350,7 +373,9 @@ def test_matrix_core_knobs_respect_the_spec(target):
         assert knobs["warps_m"] * knobs["warps_n"] * spec.simd_width <= spec.max_threads_per_block
         stages = knobs["stages"]
         assert stages == 1 or "cp.async" in spec.features  # pipelined copies only where they are asynchronous
-        assert stages * (block_m + block_n) * (block_k + 8) * 2 + block_m * block_n * 4 <= spec.shared_mem_per_block
+        # at least the unpadded operand stages and accumulator (test_shared_memory_banks.py checks it lowered)
+        assert (stages * (block_m + block_n) * block_k * 2 + block_m * block_n * 4 <= template.shared_bytes(knobs)
+                <= spec.shared_mem_per_block)
 
 
 def test_float32_matmuls_keep_the_simt_template():
@@ -439,6 +464,42 @@ def test_runs_on_visible_gpu(kind, model):
         args = (rng.standard_normal((128, 256)).astype(dtype), rng.standard_normal((256, 256)).astype(dtype))
         want = np.maximum(args[0].astype(np.float32) @ args[1].astype(np.float32), 0)
     got = vm["main"](*(tvm.runtime.tensor(a, backend.device()) for a in args)).numpy()
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["matmul_f16", "linear_f16"])
+@pytest.mark.parametrize("knobs", [{}, {"stages": 2}, {"stages": 3}, {"k_frags": 1, "stages": 4},
+                                   {"k_frags": 4, "vector": 4}, {"warps_m": 1, "warps_n": 4, "frags_n": 2, "stages": 2},
+                                   {"warps_m": 1, "warps_n": 1, "frags_n": 1}],
+                         ids=["default", "stages2", "stages3", "k16_padded_stages4", "k64_vector4", "n128_stages2",
+                              "n16_padded"])
+def test_matrix_core_shared_layouts_on_visible_gpu(model, knobs):
+    """Each shared-memory layout of the matrix-core template (TVM's permuted rows of 32, 64 and 128 elements, padded
+    rows of 16, with and without cp.async stages; a linear layer's element-wise copies) against numpy on the GPU."""
+    import tvm
+    from tvm import relax
+
+    from xcomp.schedules import gpu
+
+    if not tvm.cuda(0).exist:
+        pytest.skip("no cuda GPU visible")
+    backend = get_backend("cuda")
+    mod = fused(MODELS[model]())
+    gv, func = matmul_prim_func(mod)
+    template = gpu.get_template(func, backend.schedule_context())
+    knobs = {**template.default_knobs(), **knobs}
+    assert template.valid(knobs), knobs
+    mod[gv] = template.schedule(knobs)
+    vm = relax.VirtualMachine(backend.compile(mod), backend.device())
+    rng = np.random.default_rng(0)
+    if model == "linear_f16":
+        x, w = rng.standard_normal((100, 96)).astype("float16"), rng.standard_normal((80, 96)).astype("float16")
+        want = x.astype(np.float32) @ w.astype(np.float32).T
+    else:
+        x, w = rng.standard_normal((128, 256)).astype("float16"), rng.standard_normal((256, 256)).astype("float16")
+        want = np.maximum(x.astype(np.float32) @ w.astype(np.float32), 0)
+    got = vm["main"](*(tvm.runtime.tensor(a, backend.device()) for a in (x, w))).numpy()
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
 
 

@@ -11,13 +11,22 @@ the shared-memory loads, consumers into the write-back.
 
 Per block: warps_m x warps_n warps, each computing frags_m x frags_n fragments; K advances k_frags fragments per
 shared-memory stage.
+
+Shared-memory layouts (docs/decisions/shared-memory-banks.md; tests/gpu_banks.py counts the bank conflicts): where
+the fragments load through ldmatrix, an operand tile whose rows are a multiple of 32 elements takes TVM's XOR-permuted
+layout (its InjectPermutedLayout pass rewrites the copies' and ldmatrix's addresses alike), other rows are padded, and
+the accumulator rows are padded so the fragment stores spread over the banks.
 """
 
 from __future__ import annotations
 
+import math
+
 from ..template import Declined, Knobs, Template
 
 FRAGMENT = 16  # rows and columns of one output fragment
+_PERMUTED_ROWS = 32  # TVM's permuted layout takes rows of a multiple of 32 elements (four 16-byte chunks)
+_ROW_ALIGN = (32, 8)  # padded rows: a stride of 8 more than a multiple of 32 elements
 _ACC_DTYPE = "float32"
 _WIDENED = ("float16", "bfloat16")  # operand types whose products are summed in _ACC_DTYPE
 
@@ -31,6 +40,13 @@ def _gemm_block(sch):
     if blocks is None or detect_iter_traits(sch.get(blocks[0])) is None:
         return None
     return blocks[0]
+
+
+def _loads_through_ldmatrix(intrinsics) -> bool:
+    """Whether the fragment loads are NVIDIA's ldmatrix (whose 8-row phases the shared layouts are laid out for)."""
+    from tvm.s_tir import TensorIntrin
+
+    return all("ldmatrix" in TensorIntrin.get(name).impl.script() for name in (intrinsics.load_a, intrinsics.load_b))
 
 
 def _operand_dtypes(block) -> tuple[str, str, str]:
@@ -151,6 +167,10 @@ class MatrixCoreTemplate(Template):
             raise Declined("no matrix-core instruction for this GEMM's operand types")
         return cls(func, ctx, intrinsics)
 
+    #: "banks": the layouts against bank conflicts above; "dense": plain row-major tiles, the reference that
+    #: tests/gpu_banks.py compares what each thread reads with
+    shared_layout = "banks"
+
     def __init__(self, func, ctx, intrinsics):
         import tvm
         from tvm import s_tir
@@ -160,6 +180,8 @@ class MatrixCoreTemplate(Template):
         self.operand_bytes = 2  # float16
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
         self.contiguous = _contiguous_operands(sch.get(_gemm_block(sch)))
+        # TVM's permuted layout rewrites ldmatrix addresses; other fragment loads keep padded rows
+        self.ldmatrix = _loads_through_ldmatrix(intrinsics)
 
     def knob_space(self) -> dict[str, list]:
         return {"warps_m": [1, 2, 4], "warps_n": [1, 2, 4], "frags_m": [1, 2, 4], "frags_n": [1, 2, 4],
@@ -170,6 +192,19 @@ class MatrixCoreTemplate(Template):
     def default_knobs(self) -> Knobs:
         return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
                 "vector": 8 if any(self.contiguous) else 1, "stages": 1}
+
+    def finish(self, func):
+        """Indices in int32 where every buffer is small enough: TVM's own narrowing gives up on the permuted
+        layout's XOR and would leave the kernel's address arithmetic in 64 bits."""
+        import tvm
+        from tvm import tirx
+
+        shapes = [param.shape for param in func.params if hasattr(param, "shape")]  # buffers are params here
+        if not shapes or not all(isinstance(d, tirx.IntImm) for shape in shapes for d in shape):
+            return func
+        if max(math.prod(int(d) for d in shape) for shape in shapes) >= 2**31:
+            return func
+        return tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
 
     def fallback_schedule(self):
         """dlight's SIMT schedule: slower, but a GEMM this template cannot tile still builds (the pipeline
@@ -182,13 +217,30 @@ class MatrixCoreTemplate(Template):
         return (knobs["warps_m"] * knobs["frags_m"] * FRAGMENT, knobs["warps_n"] * knobs["frags_n"] * FRAGMENT,
                 knobs["k_frags"] * self.intrinsics.k)
 
-    def valid(self, knobs: Knobs) -> bool:
+    def _permuted(self, row: int) -> bool:
+        """Whether an operand tile with rows of `row` elements takes TVM's XOR-permuted shared layout."""
+        return self.shared_layout == "banks" and self.ldmatrix and row % _PERMUTED_ROWS == 0
+
+    def _pitch(self, row: int, permutable: bool) -> int:
+        """Elements from one row of a shared tile to the next: `row`, or padded as storage_align pads it."""
+        if self.shared_layout != "banks" or (permutable and self._permuted(row)):
+            return row
+        factor, offset = _ROW_ALIGN
+        return row + (offset - row) % factor
+
+    def shared_bytes(self, knobs: Knobs) -> int:
+        """Shared memory the config's tiles take at most: every operand stage and the float32 accumulator tile
+        (TVM may let the accumulator reuse the operands' space, which only makes it less)."""
         bm, bn, bk = self._block_tile(knobs)
+        operands = bm * self._pitch(bk, True) + bk * self._pitch(bn, True)
+        accumulator = bm * (self._pitch(bn, False) if self.ldmatrix else bn)
+        return knobs.get("stages", 1) * operands * self.operand_bytes + accumulator * 4
+
+    def valid(self, knobs: Knobs) -> bool:
         threads = knobs["warps_m"] * knobs["warps_n"] * self.intrinsics.lanes
-        # operand stages (rows padded by 8 elements against bank conflicts) and the float32 accumulator tile
-        shared = knobs.get("stages", 1) * (bm + bn) * (bk + 8) * self.operand_bytes + bm * bn * 4
         # one 16-byte (or narrower) load per lane must not exceed what the vector registers take
-        return (threads <= self.spec.max_threads_per_block and shared <= self.spec.shared_mem_per_block
+        return (threads <= self.spec.max_threads_per_block
+                and self.shared_bytes(knobs) <= self.spec.shared_mem_per_block
                 and knobs["vector"] * self.operand_bytes <= self.spec.vector_bytes)
 
     def apply(self, sch, knobs: Knobs) -> None:
@@ -227,7 +279,11 @@ class MatrixCoreTemplate(Template):
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(vec)
-            sch.storage_align(stage, 0, axis=-2, factor=32, offset=8)
+            row = bk if operand == 0 else bn
+            if self._permuted(row):
+                sch.annotate(stage, "permuted_layout", 1)
+            elif self.shared_layout == "banks":
+                sch.storage_align(stage, 0, axis=-2, factor=_ROW_ALIGN[0], offset=_ROW_ALIGN[1])
             auto_inline_producers(sch, stage)
 
         frag_a = sch.cache_read(tile, 0, "warp")
@@ -261,11 +317,17 @@ class MatrixCoreTemplate(Template):
         sch.transform_layout(frag_a, ("write", 0), register_layout(f.layout_a, FRAGMENT, f.k))
         sch.transform_layout(frag_b, ("write", 0), register_layout(f.layout_b, f.k, FRAGMENT))
         sch.transform_layout(accumulator, ("read", 0), register_layout(f.layout_c, FRAGMENT, FRAGMENT))
-        sch.tensorize(load_a, f.load_a)
-        sch.tensorize(load_b, f.load_b)
+        for load, intrin, row in ((load_a, f.load_a, bk), (load_b, f.load_b, bn)):
+            fragment_load = sch.blockize(load)
+            sch.tensorize(fragment_load, intrin)
+            if self._permuted(row):  # ldmatrix reads the tile in the layout its copy wrote
+                sch.annotate(fragment_load, "permuted_layout", 1)
         sch.tensorize(sch.get_loops(fragment_mma)[-3], f.compute)
         sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], f.fill)
-        sch.tensorize(store, f.store)
+        fragment_store = sch.blockize(store)
+        sch.tensorize(fragment_store, f.store)
+        if self.shared_layout == "banks" and self.ldmatrix:  # the accumulator tile's rows, padded
+            sch.storage_align(fragment_store, 0, axis=-2, factor=_ROW_ALIGN[0], offset=_ROW_ALIGN[1])
 
         auto_inline_consumer_chain(sch, write_back)
         loop = sch.fuse(*sch.get_loops(write_back)[-2:])
