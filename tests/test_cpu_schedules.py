@@ -168,6 +168,27 @@ def test_symbolic_rows_with_any_n(n, backend):
     assert module.info["schedules"][group.key]["source"] == "default"
 
 
+def test_symbolic_columns_padded_to_whole_tiles_copy_in_vectors(backend):
+    """Attention's scores over a KV cache (N = past + 1, symbolic): the operand copy padded to whole tiles has a
+    symbolic length that is a multiple of the vector by construction, so it is copied in vectors too."""
+    from tvm import s_tir, tirx
+
+    from xcomp.pipeline import schedule_group
+
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"])]
+    model = make_model(nodes, [_value("q", (2, 1, 64)), _value("kt", (2, 64, "n"))], [_value("s", (2, 1, "n"))])
+    module = xcomp.compile(model)
+    for n in (1, 37):
+        assert_matches_ort(module, model, _inputs(q=(2, 1, 64), kt=(2, 64, n)), rtol=RTOL, atol=ATOL)
+    (group,) = _groups(module, "matmul")
+    func, choice = schedule_group(group, backend.schedule_context(), None)
+    assert choice.source == "default"
+    sch = s_tir.Schedule(func)
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    (copy,) = [name for name in names if name.endswith("_pad") and name.startswith(group.func.params[1].name)]
+    assert sch.get(sch.get_loops(sch.get_sblock(copy))[-1]).kind == tirx.ForKind.VECTORIZED
+
+
 def test_batch_matmul_nn_and_nt(backend):
     """Attention's two products: scores = Q @ K^T (an einsum reading K as [b, j, d]: NT) and out = P @ V (NN)."""
     from xcomp.schedules import get_template

@@ -151,9 +151,15 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
 
 
 def _splits_into_vectors(sch, loop, lanes: int) -> bool:
-    """A static extent that is a whole number of vectors (a symbolic one would need a tail loop)."""
+    """An extent that is a whole number of vectors: static, or symbolic and a multiple by construction (a length
+    padded to whole tiles); any other symbolic one would need a tail loop."""
     extent = loop_extent(sch, loop)
-    return extent is not None and extent >= lanes and extent % lanes == 0
+    if extent is None:
+        from tvm import tirx
+        from tvm.sym import Analyzer
+
+        return Analyzer().can_prove(tirx.floormod(sch.get(loop).extent, lanes) == 0)
+    return extent >= lanes and extent % lanes == 0
 
 
 def parallelize(sch, loops, cores: int, symbolic: int = 1) -> None:
