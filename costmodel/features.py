@@ -8,31 +8,43 @@ candidates of different templates and targets.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 
 import numpy as np
 
 from xcomp.schedules.analysis import KINDS  # the group kinds, one-hot in this order
+from xcomp.schedules.template import Knob
 
 # Bumped whenever the encoding changes, so a model trained on another encoding is not loaded. 3: categorical knobs
 # hashed with crc32 (stable across processes), each knob name in its own slot (docs/decisions/costmodel-features.md)
 FEATURES_VERSION = 3
 PER_STORE = 164
-# Every knob of every template, each with a slot of its own. A new knob takes a free slot at the end, so a trained
-# model keeps reading the knobs it knows where it learned them (tests check every template's knobs are here).
-# "prefetch" is retired (the CPU templates decide it from the hardware: docs/decisions/software-prefetch.md); its
-# slot stays taken, so older databases' records still featurize and no new knob reads a meaning the shipped model
-# learned for it.
-KNOB_NAMES = (
-    "block_x", "block_y", "ci_chunk", "co_block", "frags_m", "frags_n", "k_frags", "micro_k", "micro_x",
-    "micro_y", "mr", "nr", "oh_block", "order", "ow_block", "pack_b", "pad", "parallel", "pixel_block", "unroll",
-    "unroll_k", "unroll_kw", "vector", "vectorize", "warps_m", "warps_n", "tile_block", "prefetch",
-    "stages",
-)
 KNOB_SLOTS = 32
-_KNOB_SLOT = {name: slot for slot, name in enumerate(KNOB_NAMES)}
+# Knobs no template declares any more whose slots stay taken, so older databases' records still featurize and no
+# new knob reads a meaning the shipped model learned for them. "prefetch": the CPU templates decide it from the
+# hardware (docs/decisions/software-prefetch.md).
+RETIRED_KNOBS = (Knob("prefetch", bool, 27, "software prefetch of the next weights (retired)"),)
 LENGTH = 2 * PER_STORE + KNOB_SLOTS + len(KINDS) + 6
+
+
+@functools.cache
+def knob_slots() -> dict:
+    """{knob name: feature slot}, from the knobs every CPU and GPU template declares (Template.knobs) and the
+    retired ones. Raises when two declarations of one name disagree on its slot, two names share a slot, or a
+    slot is out of range: a trained model must read each knob where it learned it."""
+    from xcomp.schedules.cpu import RULES as CPU_RULES
+    from xcomp.schedules.gpu import RULES as GPU_RULES
+
+    declared = {}
+    for knob in (*RETIRED_KNOBS, *(k for rule in (*CPU_RULES, *GPU_RULES) for k in rule.template.knobs)):
+        if declared.setdefault(knob.name, knob.slot) != knob.slot:
+            raise ValueError(f"knob {knob.name!r} is declared with slots {declared[knob.name]} and {knob.slot}")
+    slots = sorted(declared.values())
+    if len(set(slots)) != len(slots) or not all(0 <= s < KNOB_SLOTS for s in slots):
+        raise ValueError(f"knob slots must be distinct and in 0..{KNOB_SLOTS - 1}: {declared}")
+    return declared
 
 
 def _knob_number(value) -> float:
@@ -45,11 +57,12 @@ def _knob_number(value) -> float:
 
 def knob_vector(knobs: dict) -> np.ndarray:
     """Each knob's value in its own slot (0 where a template has no such knob)."""
+    slots = knob_slots()
     vector = np.zeros(KNOB_SLOTS, np.float32)
     for name, value in knobs.items():
-        if name not in _KNOB_SLOT:
-            raise ValueError(f"knob {name!r} has no feature slot: add it to costmodel.features.KNOB_NAMES")
-        vector[_KNOB_SLOT[name]] = _knob_number(value)
+        if name not in slots:
+            raise ValueError(f"knob {name!r} is declared by no template: add a Knob to its template's `knobs`")
+        vector[slots[name]] = _knob_number(value)
     return vector
 
 

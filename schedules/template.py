@@ -3,17 +3,31 @@
 A template reads the `HardwareSpec` (vector width, cores, caches, warp size, shared memory, ...) and the rest of
 its `ScheduleContext` (context.py), never a vendor name. `default_knobs` is the safe, reasonably fast config used
 before (or without) tuning; `knob_space` lists the values the tuner may try for each knob; `valid` filters
-combinations that cannot build or are known bad.
+combinations that cannot build or are known bad. `knobs` declares every knob the space may hold, as data.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import itertools
 import random
 from typing import Any
 
 Knobs = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """A knob a template declares: its name, the type of its values (int, bool, or str for a choice among
+    names), what it sets, and the cost model's feature slot for its value. A slot, once given, stays: a trained
+    model reads each knob where it learned it; templates that share a knob name share its slot
+    (costmodel/features.py collects the declarations and checks this)."""
+
+    name: str
+    type: type
+    slot: int
+    doc: str
 
 
 class Declined(Exception):
@@ -25,6 +39,8 @@ class Declined(Exception):
 class Template(abc.ABC):
     #: group kind this template schedules: "conv", "matmul", "reduction", "pool", "injective", ...
     kind: str = ""
+    #: every knob knob_space may hold (a group's space may hold fewer)
+    knobs: tuple[Knob, ...] = ()
 
     def __init__(self, func, ctx):
         self.func = func  # tvm.tirx.PrimFunc, unscheduled

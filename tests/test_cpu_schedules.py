@@ -63,8 +63,9 @@ def _configs(template, samples: int, enumerated: int) -> list:
 
 
 def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
-    """Each config (and each of `extra`) applies, matches the unscheduled func on random data, and has a feature
-    slot for every knob (the cost model raises on a knob it has no slot for)."""
+    """Each config (and each of `extra`) applies, matches the unscheduled func on random data, and holds only
+    knobs its template declares, with values of the declared types (the cost model's feature slots come from the
+    declarations)."""
     from tvm import s_tir
 
     from xcomp.autotune.measure import func_params, random_args
@@ -73,8 +74,10 @@ def check_configs(func, template, backend, samples=8, enumerated=4, extra=()):
     arrays = random_args(func_params(func), seed=0)
     reference = _run(func, arrays, backend)
     configs = _configs(template, samples, enumerated) + list(extra)
+    declared = {knob.name: knob.type for knob in type(template).knobs}
     for knobs in configs:
         assert template.valid(knobs), knobs
+        assert all(type(value) is declared[name] for name, value in knobs.items()), (knobs, declared)
         knob_vector(knobs)
         sch = s_tir.Schedule(func)
         template.apply(sch, knobs)

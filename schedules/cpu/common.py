@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ..analysis import REDUCE, SPATIAL, main_reduction, root_blocks
-from ..template import Knobs, Template
+from ..template import Knob, Knobs, Template
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,9 @@ def generic_schedule(sch, spec, knobs: Knobs, skip=()) -> None:
 
 class GenericTemplate(CpuTemplate):
     """Injective, reduction, pool and opaque groups: each block parallel + vectorized on its own."""
+
+    knobs = (Knob("vector", int, 22, "vector width in multiples of the spec's lanes (0: not vectorized)"),
+             Knob("parallel", bool, 17, "run the outer loops in parallel"))
 
     def __init__(self, func, ctx, kind: str):
         super().__init__(func, ctx)

@@ -25,7 +25,7 @@ import abc
 import math
 
 from ..analysis import DEPTHWISE_INPUT, is_winograd, main_reduction, root_blocks, with_role
-from ..template import Declined
+from ..template import Declined, Knob
 from . import prefetch
 from .common import (CpuTemplate, divisors, fuse_parallel, inline_injective, is_pure_copy, loop_extent,
                      parallelize, schedule_spatial, tile_epilogue, tile_fma_rate, vector_registers)
@@ -151,11 +151,24 @@ def of_form(form: str):
     return claims
 
 
+CO_BLOCK = Knob("co_block", int, 3, "output channels (vectors of them where the tile runs over channels) per tile")
+OH_BLOCK = Knob("oh_block", int, 12, "output rows per tile")
+UNROLL_KW = Knob("unroll_kw", bool, 21, "unroll the kernel-width loop")
+PAD = Knob("pad", str, 16, "'stage': the padded input copied first; 'inline': padding tested at each read")
+OW_BLOCK = Knob("ow_block", int, 14, "output columns per tile")
+ORDER = Knob("order", str, 13, "'co_outer' or 'oh_outer': which tile loop is outer")
+CI_CHUNK = Knob("ci_chunk", int, 2, "input-channel vectors per pass over the output tile (0: all in one)")
+VECTOR = Knob("vector", int, 22, "output pixels per vector")
+PIXEL_BLOCK = Knob("pixel_block", int, 18, "pixel vectors per tile")
+VECTORIZE = Knob("vectorize", str, 23, "'channels' or 'columns': what a depthwise tile's vectors run over")
+
+
 class DirectConvTemplate(CpuTemplate):
     """The conv's shape, its padding stage, and the schedule around the register tile a subclass lays out
     (`_tile`), from the fused epilogue's write-back to the padding copy."""
 
     kind = "conv"
+    knobs = (CO_BLOCK, OH_BLOCK, UNROLL_KW, PAD)
     form = ""  # the conv_form this template schedules
     iteration = ("n", "co", "oh", "ow", "ci", "kh", "kw")  # the conv block's iter vars
 
@@ -271,6 +284,7 @@ class DirectConvTemplate(CpuTemplate):
 class ChannelTileConv(DirectConvTemplate):
     """The tile over vectors of output channels, on packed weights."""
 
+    knobs = (*DirectConvTemplate.knobs, OW_BLOCK, ORDER)
     weight_rank = 5  # [O/V, I, KH, KW, V]
     blocked_input = False  # the input in channel vectors too (NCHW{V}c)
 
@@ -346,6 +360,8 @@ class PixelTileConv(DirectConvTemplate):
     """The tile over vectors of output pixels, each weight broadcast. Subclasses set `groups`, `fused_pixels`
     (1x1 stride-1 unpadded: a channel's pixels are one contiguous run, so vectors need not fit in a row) and
     `pixels` (the vectorized pixel axis' extent)."""
+
+    knobs = (*DirectConvTemplate.knobs, VECTOR, PIXEL_BLOCK)
 
     def _tile_space(self):
         return {"co_block": divisors(self.out_channels // self.groups, 8),

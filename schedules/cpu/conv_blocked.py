@@ -4,11 +4,12 @@ NCHW data: the channel-vector tile of conv.py, and on blocked data passes over t
 from __future__ import annotations
 
 from .common import divisors
-from .conv import ChannelTileConv, ci_chunk
+from .conv import CI_CHUNK, ChannelTileConv, ci_chunk
 
 
 class BlockedConvTemplate(ChannelTileConv):
     form = "blocked"
+    knobs = (*ChannelTileConv.knobs, CI_CHUNK)
     iteration = ("n", "co/V", "oh", "ow", "V", "ci", "kh", "kw")
 
     def _read_shape(self, main, infos):  # noqa: ARG002 - its shape is all in the conv's iteration

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from ..analysis import DEPTHWISE_INPUT, with_role
 from .common import parallelize
-from .conv import DirectConvTemplate, PixelTileConv, accumulator_budget
+from .conv import PIXEL_BLOCK, VECTOR, VECTORIZE, DirectConvTemplate, PixelTileConv, accumulator_budget
 from .conv_packed import PackedConvTemplate
 
 
 class DepthwiseConvTemplate(PackedConvTemplate, PixelTileConv):
     form = "depthwise"
+    knobs = (*PackedConvTemplate.knobs, VECTOR, PIXEL_BLOCK, VECTORIZE)
 
     def _read_shape(self, main, infos):
         super()._read_shape(main, infos)

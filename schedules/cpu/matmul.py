@@ -21,7 +21,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
-from ..template import Declined
+from ..template import Declined, Knob
 from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue,
                      vector_registers)
 
@@ -41,6 +41,11 @@ def _uses_all(load, *variables) -> bool:
 
 class MatmulTemplate(CpuTemplate):
     kind = "matmul"
+    knobs = (Knob("mr", int, 10, "rows of the register tile"),
+             Knob("nr", int, 11, "vectors of output columns in the register tile"),
+             Knob("order", str, 13, "'n_outer' or 'm_outer': which tile loop is outer"),
+             Knob("unroll_k", int, 20, "K steps unrolled in the tile's loop"),
+             Knob("pack_b", bool, 15, "copy a runtime B into column panels first"))
 
     def __init__(self, func, ctx):
         from tvm import s_tir

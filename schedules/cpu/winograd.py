@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from ..analysis import FLOPS, WINOGRAD, main_reduction, root_blocks
-from ..template import Declined
+from ..template import Declined, Knob
 from . import prefetch
 from .common import (MATERIALIZE, CpuTemplate, divisors, fuse_parallel, inline_injective, loop_extent, parallelize,
                      tile_fma_rate, vector_registers)
@@ -175,6 +175,8 @@ class WinogradTemplate(CpuTemplate):
     (accumulators tile_block * co_block; per input channel co_block weight vectors and tile_block broadcasts)."""
 
     kind = "conv"
+    knobs = (Knob("tile_block", int, 26, "Winograd tiles per register tile"),
+             Knob("co_block", int, 3, "vectors of output channels per register tile"))
 
     def __init__(self, func, ctx):
         from tvm import s_tir

@@ -10,7 +10,7 @@ spec. The rules return a new Schedule; `apply` replays its trace onto the schedu
 
 from __future__ import annotations
 
-from ..template import Declined, Knobs, Template
+from ..template import Declined, Knob, Knobs, Template
 
 # dlight's own CUDA/ROCm matmul config, the default
 _DEFAULT_TILES = {"block_x": 8, "block_y": 16, "micro_x": 4, "micro_y": 4, "micro_k": 16, "vector": 2,
@@ -63,6 +63,14 @@ def _reduction_rule():
 
 
 class DlightTemplate(Template):
+    knobs = (Knob("block_x", int, 0, "threads of a block along the output columns"),
+             Knob("block_y", int, 1, "threads of a block along the output rows"),
+             Knob("micro_x", int, 8, "output columns per thread"),
+             Knob("micro_y", int, 9, "output rows per thread"),
+             Knob("micro_k", int, 7, "K steps per shared-memory tile"),
+             Knob("vector", int, 22, "elements per vector load"),
+             Knob("unroll", int, 19, "auto-unroll limit (0: none)"))
+
     def __init__(self, func, ctx):
         super().__init__(func, ctx)
         self.target = ctx.target

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ..template import Declined, Knobs, Template
+from ..template import Declined, Knob, Knobs, Template
 
 FRAGMENT = 16  # rows and columns of one output fragment
 _PERMUTED_ROWS = 32  # TVM's permuted layout takes rows of a multiple of 32 elements (four 16-byte chunks)
@@ -159,6 +159,13 @@ def _normalize(sch, block) -> None:
 
 class MatrixCoreTemplate(Template):
     kind = "matmul"
+    knobs = (Knob("warps_m", int, 24, "warps of a block along M"),
+             Knob("warps_n", int, 25, "warps of a block along N"),
+             Knob("frags_m", int, 4, "matrix-core fragments per warp along M"),
+             Knob("frags_n", int, 5, "matrix-core fragments per warp along N"),
+             Knob("k_frags", int, 6, "fragments along K per shared-memory tile"),
+             Knob("vector", int, 22, "elements per vector copy into shared memory"),
+             Knob("stages", int, 28, "shared-memory tiles in flight (cp.async pipeline)"))
 
     @classmethod
     def create(cls, func, ctx, kind: str) -> MatrixCoreTemplate:  # noqa: ARG003
