@@ -22,7 +22,8 @@ _REDUCE_OPS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "Reduc
 VALUE_SLOTS = {
     **{op: (1,) for op in _REDUCE_OPS},
     "Reshape": (1,), "Pad": (1, 3), "Slice": (1, 2, 3, 4), "Split": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
-    "TopK": (1,), "OneHot": (1,), "CumSum": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "AffineGrid": (1,),
+    "TopK": (1,), "OneHot": (1,), "CumSum": (1,), "CumProd": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
+    "AffineGrid": (1,),
     "NonMaxSuppression": (2, 3, 4), "SequenceAt": (1,), "SequenceErase": (1,), "SequenceInsert": (2,),
     "DFT": (1, 2), "STFT": (1, 3), "Loop": (0, 1),  # a Loop is unrolled only when its count is constant
 }

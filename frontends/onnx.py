@@ -30,10 +30,8 @@ from xcomp.errors import (RUNTIME_CHECK_TAG, InputError, ModelLoadError, Unsuppo
 from xcomp.frontends.control_flow import (DEFAULT_DOMAINS, UNROLLED_OPS, all_graphs, evaluate, refuse_control_flow,
                                           unroll_control_flow)
 from xcomp.frontends.input_values import bind_input_values, require_input_values
+from xcomp.frontends.opsets import MAX_OPSET, MIN_OPSET, refusal
 
-# Opsets 7..21 are what we promise; older ones import where TVM has a converter for them (the shipped
-# pytorch-* test sets are opset 6), and opset 22 changed no semantics (it widened type constraints).
-MIN_OPSET, MAX_OPSET = 1, 22
 # No tensor of a model we can run is bigger than this (256 GiB); a larger one is a corrupt or hostile file.
 MAX_TENSOR_BYTES = 1 << 38
 # Ops whose `pads` must be non-negative (ONNX spec); Pad itself may crop with negative pads.
@@ -369,17 +367,23 @@ def _all_nodes(graph):
 
 def unsupported_nodes(proto, opset):
     """[(node name, op type, opset)] for every node the importer has no converter for (opset None: the
-    model has no default domain, so only other-domain nodes). Scan, Loop and SequenceMap pass here: they are
-    unrolled when their count is static, refused later (refuse_control_flow) when not."""
+    model has no default domain, so only other-domain nodes), or whose op version at `opset` is refused
+    (frontends/opsets.py). Scan, Loop and SequenceMap pass here: they are unrolled when their count is static,
+    refused later (refuse_control_flow) when not."""
+    return [node for node, _ in _unsupported(proto, opset)]
+
+
+def _unsupported(proto, opset):
+    """[((node name, op type, opset), reason or None)] for unsupported_nodes."""
     from xcomp.frontends.converters import CONVERTERS
 
     supported = set(_convert_map()) | set(CONVERTERS) | {"Constant", "If", *UNROLLED_OPS}
     bad = []
     for node in _all_nodes(proto.graph):
         if node.domain not in DEFAULT_DOMAINS:
-            bad.append((node.name, f"{node.domain}.{node.op_type}", opset))
-        elif node.op_type not in supported:
-            bad.append((node.name, node.op_type, opset))
+            bad.append(((node.name, f"{node.domain}.{node.op_type}", opset), None))
+        elif (reason := opset is not None and refusal(node.op_type, opset)) or node.op_type not in supported:
+            bad.append(((node.name, node.op_type, opset), reason or None))
     return bad
 
 
@@ -765,9 +769,10 @@ def load_onnx(model, input_shapes=None, input_values=None) -> ImportedModel:
     _load_external_data(proto, folder, label)
     opset = _model_opset(proto, label)
     # Before the checker, which stops at the first op it does not know: the user gets every one at once.
-    bad = unsupported_nodes(proto, opset)
+    bad = _unsupported(proto, opset)
     if bad:
-        raise UnsupportedOpError(bad)
+        reasons = [reason or "xcomp has no converter for it" for _, reason in bad]
+        raise UnsupportedOpError([node for node, _ in bad], reasons if any(r for _, r in bad) else ())
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelLoadError(f"{label}: opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}")
     _check(proto, label)

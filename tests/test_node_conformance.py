@@ -1,5 +1,6 @@
-"""A sample of ONNX backend node tests across op families: one case per op type at opsets 7..22, compiled and
-compared with the expected outputs shipped in the onnx package.
+"""A sample of ONNX backend node tests across op families: one case per op type at opsets 7..22, and one per op
+version opsets 23..28 changed or brought, compiled and compared with the expected outputs shipped in the onnx
+package.
 
 Ops whose first case xcomp refuses are listed below; issue #6 (conformance) works them down.
 """
@@ -19,7 +20,7 @@ _OPSET_RANGE = (7, 22)
 # are fixed from the case's data first, as a user fixes them with --input-value.
 UNSUPPORTED_OPS = {
     "Bernoulli", "BlackmanWindow", "ConvInteger", "DeformConv", "Det",
-    "EyeLike", "HammingWindow", "HannWindow", "ImageDecoder", "MaxUnpool",
+    "HammingWindow", "HannWindow", "ImageDecoder", "MaxUnpool",
     "MelWeightMatrix", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "SequenceInsert", "SequenceLength", "SequenceMap",
     "StringConcat", "StringNormalizer", "StringSplit",
@@ -45,6 +46,28 @@ def _sample():
 SAMPLE = _sample()
 
 
+# Cases of opsets 23..28, one per op version those opsets changed or brought, that xcomp converts (the full run,
+# `xcomp conformance --set node`, covers the rest).
+NEW_OPSET_CASES = (
+    "test_attention_3d_gqa_causal", "test_attention_4d_causal_nonpad_batch_prefill",
+    "test_attention_local_window_with_past", "test_rms_normalization_4d_axis0", "test_rotary_embedding_interleaved",
+    "test_tensorscatter_circular", "test_swish", "test_swiglu", "test_cumprod_2d_axis_1",
+    "test_bitshift_right_int8_negative_shift", "test_mod_float_edge_cases_fmod_0_float32",
+    "test_spacetodepth_crd_mode_example", "test_causal_conv_with_state_silu_with_past_state",
+    "test_bitcast_float32_to_int32", "test_transpose_default", "test_top_k_smallest",
+)
+
+
+def _new_opset_cases():
+    import onnx.backend.test.case.node as node
+
+    with np.errstate(all="ignore"):
+        return {c.name: c for c in node.collect_testcases(None) if c.name in NEW_OPSET_CASES}
+
+
+NEW_CASES = _new_opset_cases()
+
+
 def test_sample_spans_op_families():
     assert len(SAMPLE) >= 140
     supported = [op for op in SAMPLE if op not in UNSUPPORTED_OPS]
@@ -67,3 +90,15 @@ def test_node_case(op):
     for (name, g), want in zip(got.items(), expected):
         np.testing.assert_allclose(g, want, rtol=max(case.rtol, 1e-3), atol=max(case.atol, 1e-4),
                                    err_msg=f"{case.name}: output {name}")
+
+
+@pytest.mark.parametrize("name", NEW_OPSET_CASES)
+def test_new_opset_case(name):
+    case = NEW_CASES[name]
+    assert _opset(case) >= 23
+    inputs, expected = case.data_sets[0]
+    feed = dict(zip([i.name for i in case.model.graph.input], inputs))
+    module, _fixed = compile_as_user(case.model, feed)
+    for (output, got), want in zip(module.run(feed).items(), expected):
+        np.testing.assert_allclose(got, want, rtol=max(case.rtol, 1e-3), atol=max(case.atol, 1e-4),
+                                   err_msg=f"{name}: output {output}")

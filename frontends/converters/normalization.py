@@ -71,3 +71,25 @@ def convert_lp_normalization(bb, inputs, attrs, opset, stock):  # noqa: ARG001 -
         raise ValueError(f"LpNormalization with p={p}: the spec allows 1 and 2")
     zero = relax.const(0, dtype_of(data))
     return relax.op.where(relax.op.equal(norm, zero), zero, relax.op.divide(data, norm))
+
+
+def convert_rms_norm(bb, inputs, attrs, opset, stock):
+    """RMSNormalization (opset 23): TVM's fused rms_norm, except over every axis (axis 0), where its kernel
+    reads the scale with the wrong rank and fails to build: x / sqrt(mean(x^2) + epsilon) * scale, in float32
+    for 16-bit inputs (the stash type)."""
+    relax = relax_api()
+    data, scale = inputs[0], inputs[1]
+    rank = data.ty.ndim
+    axis = attrs.get("axis", -1)
+    if rank < 0 or not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is outside the input's rank {rank}")
+    if axis % rank != 0:
+        return stock()
+    dtype = dtype_of(data)
+    compute = "float32" if dtype in ("float16", "bfloat16") else dtype
+    x = data if compute == dtype else relax.op.astype(data, compute)
+    w = scale if dtype_of(scale) == compute else relax.op.astype(scale, compute)
+    mean = relax.op.mean(relax.op.multiply(x, x), axis=list(range(rank)), keepdims=True)
+    epsilon = relax.const(attrs.get("epsilon", 1e-5), compute)
+    result = relax.op.multiply(relax.op.multiply(x, relax.op.rsqrt(relax.op.add(mean, epsilon))), w)
+    return result if compute == dtype else relax.op.astype(result, dtype)

@@ -225,12 +225,17 @@ def convert_conv_transpose(bb, inputs, attrs, opset, stock):
     begin, end = [], []
     for i in range(spatial):
         total = strides[i] * (dims[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - output_shape[i]
-        if total < 0:
-            raise NotImplementedError(f"ConvTranspose output_shape {output_shape} is larger than the full output")
+        if total < 0:  # an output larger than the full one: the rows past it, at the end, take no input
+            if output_padding[i] - total >= strides[i]:
+                raise NotImplementedError(f"ConvTranspose output_shape {output_shape} is more than a stride larger "
+                                          "than the full output")
+            output_padding[i] -= total
+            total = 0
         small, large = total // 2, total - total // 2
         begin.append(small if upper else large)
         end.append(large if upper else small)
     attrs["pads"] = begin + end
+    attrs["output_padding"] = output_padding
     return stock()
 
 
@@ -246,6 +251,13 @@ def convert_range(bb, inputs, attrs, opset, stock):  # noqa: ARG001
 
     relax = relax_api()
     start, limit, delta = inputs
+    dtype = dtype_of(start) if not tvm.ir.is_prim_expr(start) else None
+    if opset >= 27 and dtype in ("float16", "bfloat16"):  # stash_type: counted in float32 (or float64)
+        stash = {1: "float32", 11: "float64"}.get(attrs.get("stash_type", 1))
+        if stash is None:
+            raise ValueError(f"stash_type {attrs['stash_type']} is not FLOAT (1) or DOUBLE (11)")
+        wide = [bb.normalize(relax.op.astype(x, stash)) for x in inputs]
+        return relax.op.astype(convert_range(bb, wide, attrs, 11, lambda _=None: stock(wide)), dtype)
     step = const_value(delta)
     bounds = [start if tvm.ir.is_prim_expr(start) else const_value(start),
               limit if tvm.ir.is_prim_expr(limit) else const_value(limit)]
@@ -276,3 +288,63 @@ def _non_negative(length):
     for var in tvm.tirx.analysis.undefined_vars(length):
         analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF))
     return analyzer.simplify(tvm.tirx.max(length, 0))
+
+
+def convert_space_to_depth(bb, inputs, attrs, opset, stock):
+    """SpaceToDepth; opset 28 added `mode`: CRD orders each block's values channel first (TVM's converter has
+    DCR, the order before)."""
+    mode = string_attr(attrs, "mode", "DCR")
+    if mode == "DCR":
+        return stock()
+    if mode != "CRD":
+        raise ValueError(f"mode {mode!r} is not DCR or CRD")
+    relax = relax_api()
+    block = int(attrs["blocksize"])
+    if inputs[0].ty.ndim != 4:
+        raise ValueError(f"SpaceToDepth takes a 4D input, got rank {inputs[0].ty.ndim}")
+    b, c, h, w = inputs[0].ty.shape.values
+    x = relax.op.reshape(inputs[0], (b, c, h // block, block, w // block, block))
+    x = relax.op.permute_dims(x, [0, 1, 3, 5, 2, 4])
+    return relax.op.reshape(x, (b, c * block * block, h // block, w // block))
+
+
+def convert_reverse_sequence(bb, inputs, attrs, opset, stock=None):
+    """ReverseSequence (TVM has no converter): along time_axis, batch b's first sequence_lens[b] elements
+    reversed, the rest kept; a gather whose index for each (time, batch) is len - 1 - t below len, else t."""
+    relax = relax_api()
+    data, lengths = inputs[0], inputs[1]
+    batch_axis, time_axis = attrs.get("batch_axis", 1), attrs.get("time_axis", 0)
+    rank = data.ty.ndim
+    if sorted((batch_axis, time_axis)) != [0, 1] or rank < 2:
+        raise ValueError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a rank >= 2 input")
+    steps = static_dim(data, time_axis, "the time axis", "the reversal indexes along it")
+    shape = [1] * rank
+    shape[time_axis] = steps
+    time = relax.op.reshape(bb.normalize(relax.op.arange(0, steps, dtype="int64")), shape)
+    shape = [1] * rank
+    shape[batch_axis] = -1
+    length = bb.normalize(relax.op.reshape(bb.normalize(relax.op.astype(lengths, "int64")), shape))
+    reversed_index = relax.op.subtract(relax.op.subtract(length, relax.const(1, "int64")), time)
+    index = relax.op.where(relax.op.less(time, length), reversed_index, time)
+    index = relax.op.clip(index, 0, steps - 1)  # a length beyond the time axis stays in bounds
+    index = bb.normalize(relax.op.broadcast_to(index, data.ty.shape))
+    return relax.op.gather_elements(data, index, axis=time_axis)
+
+
+def convert_eye_like(bb, inputs, attrs, opset, stock=None):
+    """EyeLike: ones on the k-th diagonal of a matrix of the input's shape, in `dtype` (the input's type when
+    unset; TVM's converter refused any other)."""
+    import onnx
+
+    relax = relax_api()
+    data = inputs[0]
+    if data.ty.ndim != 2:
+        raise ValueError(f"EyeLike takes a 2D input, got rank {data.ty.ndim}")
+    dtype = dtype_of(data)
+    if attrs.get("dtype") is not None:
+        dtype = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["dtype"])))
+    rows, columns = data.ty.shape.values
+    row = relax.op.reshape(bb.normalize(relax.op.arange(0, rows, dtype="int64")), [-1, 1])
+    column = bb.normalize(relax.op.arange(0, columns, dtype="int64"))
+    diagonal = relax.op.equal(relax.op.add(row, relax.const(attrs.get("k", 0), "int64")), column)
+    return relax.op.where(diagonal, relax.const(1, dtype), relax.const(0, dtype))
