@@ -25,7 +25,6 @@ from xcomp.tools.known_gaps import known_gap
 
 SETS = ("node", "light", "pytorch-converted", "pytorch-operator", "simple")
 OPSET_RANGE = (7, 22)  # --sample's node cases
-TARGET_OPSETS = (7, 21)  # issue 6's bar: every case onnxruntime passes at these opsets, but the known gaps
 
 
 @dataclasses.dataclass
@@ -248,22 +247,30 @@ def by_op(results) -> dict:
     return dict(table)
 
 
+def by_opset(results) -> dict:
+    """{opset: (xcomp passes, onnxruntime passes)} over the cases onnxruntime passes; opset 0 is a model that
+    imports no default-domain opset (ai.onnx.ml, preview domains)."""
+    table = collections.defaultdict(lambda: [0, 0])
+    for r in results:
+        if r.get("onnxruntime") == "pass":
+            table[r["opset"] or 0][0] += r["xcomp"] == "pass"
+            table[r["opset"] or 0][1] += 1
+    return {opset: tuple(counts) for opset, counts in sorted(table.items())}
+
+
 def summary(results) -> dict:
-    """Counts of verdicts, and issue 6's bar: of the cases at opsets 7..21 that onnxruntime passes, those xcomp
-    does not are either known gaps (listed with their reason in xcomp/tools/known_gaps.py) or `unexplained` (each one
-    a bug to fix or a gap to list)."""
+    """Counts of verdicts, and the bar (issues 6 and 30): of the cases that onnxruntime passes, at every opset,
+    those xcomp does not are either known gaps (listed with their reason in xcomp/tools/known_gaps.py) or
+    `unexplained` (each one a bug to fix or a gap to list)."""
     verdicts = collections.Counter(r["xcomp"] for r in results)
     ort_passes = [r for r in results if r.get("onnxruntime") == "pass"]
-    in_range = [r for r in ort_passes if TARGET_OPSETS[0] <= (r["opset"] or 0) <= TARGET_OPSETS[1]]
-    missed = [r for r in in_range if r["xcomp"] != "pass"]
+    missed = [r for r in ort_passes if r["xcomp"] != "pass"]
     return {
         "cases": len(results),
         "verdicts": dict(verdicts),
         "onnxruntime_pass": len(ort_passes),
-        "xcomp_pass_where_onnxruntime_passes": sum(r["xcomp"] == "pass" for r in ort_passes),
-        "target_opsets": list(TARGET_OPSETS),
-        "onnxruntime_pass_in_target": len(in_range),
-        "xcomp_pass_in_target": len(in_range) - len(missed),
+        "xcomp_pass_where_onnxruntime_passes": len(ort_passes) - len(missed),
+        "by_opset": {str(opset): list(counts) for opset, counts in by_opset(results).items()},
         "known_gaps": sum(bool(r.get("known_gap")) for r in missed),
         "unexplained": [r["name"] for r in missed if not r.get("known_gap")],
         "known_gaps_now_passing": [r["name"] for r in results if r.get("known_gap") and r["xcomp"] == "pass"],
@@ -273,14 +280,13 @@ def summary(results) -> dict:
 
 def summary_lines(s) -> list:
     """The summary in words, for the terminal and the markdown report."""
-    low, high = s["target_opsets"]
-    others = s["onnxruntime_pass_in_target"] - s["xcomp_pass_in_target"]
+    others = s["onnxruntime_pass"] - s["xcomp_pass_where_onnxruntime_passes"]
     lines = [f"onnxruntime passes {s['onnxruntime_pass']}; xcomp passes {s['xcomp_pass_where_onnxruntime_passes']} "
-             f"of those.",
-             f"at opsets {low}..{high}: xcomp passes {s['xcomp_pass_in_target']} of the "
-             f"{s['onnxruntime_pass_in_target']} cases onnxruntime passes; of the {others} others, {s['known_gaps']} "
-             f"are known gaps (each with its reason) and {len(s['unexplained'])} are not"
-             + (f": {', '.join(s['unexplained'][:20])}" if s["unexplained"] else ".")]
+             f"of those; of the {others} others, {s['known_gaps']} are known gaps (each with its reason) and "
+             f"{len(s['unexplained'])} are not"
+             + (f": {', '.join(s['unexplained'][:20])}" if s["unexplained"] else "."),
+             "by opset (xcomp passes / onnxruntime passes): "
+             + ", ".join(f"{opset}: {ours}/{theirs}" for opset, (ours, theirs) in s["by_opset"].items())]
     if s["known_gaps_now_passing"]:
         lines.append(f"listed as known gaps but passing now (take them off xcomp/tools/known_gaps.py): "
                      f"{', '.join(s['known_gaps_now_passing'])}")
