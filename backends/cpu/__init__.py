@@ -30,7 +30,9 @@ class CPUBackend(Backend):
         attrs = {"kind": "llvm", "mcpu": self.spec.arch, "mtriple": self.spec.triple,
                  "num-cores": self.spec.cores}
         if self.spec.simd_width == 16:  # our templates emit 512-bit vectors: let LLVM keep them whole
-            attrs["mattr"] = ["-prefer-256-bit"]
+            # no gathers from LLVM's own vectorizer: its 16-lane masked gathers gave wrong numbers
+            # (docs/decisions/avx512-width.md)
+            attrs["mattr"] = ["-prefer-256-bit", "+prefer-no-gather"]
         return tvm.target.Target(attrs)
 
     def compile(self, mod, **kwargs):
