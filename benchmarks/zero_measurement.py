@@ -13,7 +13,9 @@ timed whole, in alternating blocks on the same inputs (xcomp.report.bench.altern
   predicted  that cost model's pick where its confidence table trusts the template here, else the default
   tuned      this machine's tuning records of the held-out model (compile --db; --no-costmodel, so groups the
              tuner left alone stay at default)
-recovered = (default - predicted) / (default - tuned), from the medians. The records of this machine's model
+recovered = (default - predicted) / (default - tuned), from the medians (0 where no group was predicted: the
+predicted build is then the default's, and its timed difference shows the noise; none where tuning gained
+nothing). The records of this machine's model
 are `<records>/<host fingerprint>/<model name>.jsonl`, one file per model (benchmarks/records/README.md).
 """
 
@@ -68,13 +70,17 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     steady, _ = alternating_blocks({name: (lambda m=m: m.run(inputs)) for name, m in modules.items()}, repeat,
                                    warmup, progress=progress)
     ms = {name: float(np.median(times)) for name, times in steady.items()}
+    quartiles = {name: [float(q) for q in np.percentile(times, [25, 75])] for name, times in steady.items()}
     gain = ms["default"] - ms["tuned"]
     sources = [c["source"] for c in modules["predicted"].info["schedules"].values()]
+    # with no group predicted the two builds are one program: recovered is 0, their difference the noise
+    recovered = None if gain <= 0 else 0.0 if "costmodel" not in sources else (ms["default"] - ms["predicted"]) / gain
     trusted = sorted(t for hw in table["hardware"].values() for t, v in hw["templates"].items() if v["confident"])
     return {
         "model": _name(model),
         "ms": ms,
-        "recovered": (ms["default"] - ms["predicted"]) / gain if gain > 0 else None,
+        "quartiles_ms": quartiles,
+        "recovered": recovered,
         "predicted_groups": sources.count("costmodel"),
         "unique_groups": len(sources),
         "trusted_templates": trusted,
@@ -121,6 +127,9 @@ def main():
                   f"{ms['tuned']:8.2f} ms  recovered {'n/a' if rec is None else f'{rec:6.0%}'}  "
                   f"({result['predicted_groups']}/{result['unique_groups']} groups predicted, "
                   f"+{result['predict_s']:.1f}s compile)", file=log)
+            if not result["predicted_groups"]:
+                print(f"{'':22s} no group predicted: the predicted build is the default's, their difference is "
+                      "noise", file=log)
     out = {"host": backend.spec.name, "fingerprint": backend.spec.fingerprint(), "repeat": args.repeat,
            "models": [_name(m) for m in args.model], "results": results}
     if args.json:
