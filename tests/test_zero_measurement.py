@@ -155,6 +155,14 @@ def test_confidence_must_be_about_this_model_file(tmp_path):
     assert load_predictor(backend.spec, backend.target(), path) is None
 
 
+def test_the_shipped_confidence_is_about_the_shipped_model():
+    from xcomp.costmodel.model import PRETRAINED_PATH
+
+    with open(confidence_path(PRETRAINED_PATH)) as f:
+        table = json.load(f)
+    assert table["model_sha256"] == file_sha256(PRETRAINED_PATH), "retrain both: python -m xcomp.autotune.pretrain"
+
+
 def test_the_rule_wants_enough_groups_a_gain_and_no_real_loss():
     assert judge([1.1, 1.2, 1.05, 1.0])["confident"]
     assert not judge([1.1, 1.2, 1.05])["confident"]  # too few groups
