@@ -21,8 +21,9 @@ NOT_CONVERTED = "{op}: {why}; the node is refused by name"
 FLOAT16_ROUNDING = ("float16 arithmetic in float16 throughout (the _expanded graph's MatMul and Softmax): a unit in "
                     "the last place off the reference, over the case's tolerance; xcomp's Attention node computes "
                     "16-bit floats in float32 and passes")
-CONCAT_RESHAPE = ("wrong values from xcomp's CPU code for a Concat whose result is reshaped (the 3D input's heads "
-                  "are merged back): a bug in the fused kernel, not in the import; the 4D cases pass")
+CONCAT_RESHAPE = ("wrong values from xcomp's CPU code on AVX-512 hosts: the fused group (slices, products, a Concat "
+                  "of halves of 4, the heads merged back) built with 16-lane vectors across the Concat's boundary; "
+                  "right with 32 lanes or none, and on AVX2 (docs/decisions/avx512-width.md); the 4D cases pass")
 STACK_ALLOCATION = ("the _expanded graph builds a kernel that TVM's CPU code generator refuses (a stack allocation "
                     "of a size it cannot see); the RotaryEmbedding node itself converts and passes")
 ZERO_SIZED_RESHAPE = ("a zero-sized input reshaped by a shape given at run time: the output dims are symbolic, and "
