@@ -283,7 +283,8 @@ class TuningDB:
         """(knobs, median_ms) of the fastest successful record, or None. Without a fingerprint, any machine's;
         without a timing, timed any way."""
         where, args = self._where(workload_key, target, hw_fingerprint, timing, successful=True)
-        row = self._conn.execute(f"SELECT knobs, median_ms FROM records{where} ORDER BY median_ms LIMIT 1", args).fetchone()
+        row = self._conn.execute(f"SELECT knobs, median_ms FROM records{where} ORDER BY median_ms LIMIT 1",
+                                 args).fetchone()
         return (json.loads(row[0]), row[1]) if row else None
 
     def best_knobs(self, groups, target, hw_fingerprint) -> dict:
