@@ -77,11 +77,13 @@ def candidates(template, limit: int = POOL, seed: str = "") -> list:
     """Configs to rank for a group, the default first: every one-knob change of the default (the configs the
     evidence has most of, and the least far from a known-safe point), then seeded random samples, `limit` in all;
     the same list on every compile of the same group."""
+    from xcomp.autotune.db import canonical_knobs
+
     default = template.default_knobs()
-    pool, seen = [default], {json.dumps(default, sort_keys=True)}
+    pool, seen = [default], {canonical_knobs(default)}
 
     def add(knobs):
-        key = json.dumps(knobs, sort_keys=True)
+        key = canonical_knobs(knobs)
         if key not in seen and len(pool) < limit and template.valid(knobs):
             seen.add(key)
             pool.append(knobs)
