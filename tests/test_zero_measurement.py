@@ -113,6 +113,51 @@ def test_no_costmodel_keeps_every_default(monkeypatch, tmp_path):
     assert {c["source"] for c in xcomp.load(str(tmp_path / "m.xc")).info["schedules"].values()} == {"default"}
 
 
+def _sources(module) -> set:
+    return {choice["source"] for choice in module.info["schedules"].values()}
+
+
+def test_run_compiles_with_no_costmodel_when_asked(monkeypatch, tmp_path, capsys):
+    """`xcomp run model.onnx --no-costmodel` compiles as `compile --no-costmodel` does: every group its default."""
+    from xcomp.cli import _open_module, build_parser, main
+
+    _with_made_up_predictor(monkeypatch)
+    path = tmp_path / "m.onnx"
+    onnx.save(_gemm_relu(), path)
+    assert "costmodel" in _sources(_open_module(build_parser().parse_args(["run", str(path), "-q"])))
+    assert _sources(_open_module(build_parser().parse_args(["run", str(path), "-q", "--no-costmodel"]))) == {
+        "default"}
+    assert main(["run", str(path), "--no-costmodel", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"]["y"]["shape"] == [64, 64]
+
+
+def test_bench_compiles_with_no_costmodel_when_asked(monkeypatch, tmp_path, capsys):
+    """`xcomp bench --no-costmodel` times the defaults, and its report says so."""
+    from xcomp.cli import main
+
+    _with_made_up_predictor(monkeypatch)
+    path = tmp_path / "m.onnx"
+    onnx.save(_gemm_relu(), path)
+    runs = ["--baseline", "onnxruntime", "--repeat", "2", "--warmup", "0", "--block", "2", "--json", "-q"]
+    reports = {}
+    for flags in ([], ["--no-costmodel"]):
+        assert main(["bench", str(path), *runs, *flags]) == 0
+        reports[bool(flags)] = json.loads(capsys.readouterr().out)
+    assert "costmodel" in reports[False]["targets"][0]["schedules"] and reports[False]["settings"]["costmodel"]
+    assert set(reports[True]["targets"][0]["schedules"]) == {"default"}
+    assert reports[True]["settings"]["costmodel"] is False
+
+
+def test_no_costmodel_says_what_it_does_in_every_command_s_help():
+    from xcomp.cli import build_parser
+
+    parser = build_parser()
+    for command in ("compile", "run", "bench"):
+        sub = parser._subparsers._group_actions[0].choices[command]
+        (action,) = [a for a in sub._actions if "--no-costmodel" in a.option_strings]
+        assert "template's default config" in action.help and "cost model" in action.help
+
+
 def test_database_records_win_over_predictions(monkeypatch):
     from xcomp.pipeline import schedule_group
 

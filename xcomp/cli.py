@@ -179,7 +179,7 @@ def _open_module(args):
                             f"fixed: {fixed})")
         return module
     return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                         progress=not args.quiet, input_values=_input_values(args))
+                         progress=not args.quiet, input_values=_input_values(args), costmodel=args.costmodel)
 
 
 def cmd_run(args):
@@ -442,7 +442,7 @@ def _bench_report(args, targets):
                             input_values=_input_values(args), db=args.db, results=args.results or [],
                             warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
                             argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail,
-                            torch_model=args.torch_model, block=args.block)
+                            torch_model=args.torch_model, block=args.block, costmodel=args.costmodel)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
@@ -514,6 +514,13 @@ def build_parser():
                            help="fix an input that sets shapes (a ReduceSum's axes, a Resize's scales) to this "
                                 "value at compile time; compile names the inputs that need one (repeatable)")
 
+    def no_costmodel(p, when=""):
+        p.add_argument("--no-costmodel", dest="costmodel", action="store_false",
+                       help=f"{when}groups without --db records get their template's default config; without this "
+                       "flag they get the shipped cost model's predicted fastest config wherever its held-out "
+                       "evidence trusts that template on this kind of hardware (the notes say how many; "
+                       "docs/decisions/zero-measurement-compile.md)")
+
     p = sub.add_parser("compile", help="compile a model to a .xc module file",
                        description="Compile an ONNX model for a target and save it as one .xc file.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
@@ -523,11 +530,7 @@ def build_parser():
                    help="CUDA: replay the kernels as CUDA graphs (one launch per graph instead of one per kernel; "
                    "static shapes; captured on the first run)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
-    p.add_argument("--no-costmodel", dest="costmodel", action="store_false",
-                   help="groups without --db records get their template's default config; without this flag "
-                   "they get the shipped cost model's predicted fastest config wherever its held-out evidence "
-                   "trusts that template on this kind of hardware (the notes say how many; "
-                   "docs/decisions/zero-measurement-compile.md)")
+    no_costmodel(p)
     common(p)
     p.set_defaults(func=cmd_compile)
 
@@ -538,6 +541,7 @@ def build_parser():
     p.add_argument("--output", metavar="FILE.npz", help="save the outputs")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="when compiling an .onnx: use tuned configs")
+    no_costmodel(p, "when compiling an .onnx: ")
     common(p)
     p.set_defaults(func=cmd_run)
 
@@ -633,6 +637,7 @@ def build_parser():
                         "args), 'MODEL.pt2'): run by the torch (eager) and torch.compile baselines, with the ONNX "
                         "model's inputs in order; without it torch needs onnx2torch to convert the ONNX model")
     p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
+    no_costmodel(p, "compiling the targets measured here: ")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
     p.add_argument("--results", action="append", metavar="REPORT.json",
                    help="measured results from another machine (its report.json), for targets not present here")

@@ -21,11 +21,13 @@ def runs_here(target: str) -> bool:
 
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
-                   profile_groups=True, blas=True, input_values=None, torch_model=None, block=BLOCK) -> dict:
+                   profile_groups=True, blas=True, input_values=None, torch_model=None, block=BLOCK,
+                   costmodel=True) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
     `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.report.bench.alternating_blocks).
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
-    `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines."""
+    `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines.
+    `costmodel`: as xcomp.compile's, for the targets measured here."""
     from xcomp.backends import get_backend
 
     from .results import KIND, SCHEMA_VERSION
@@ -54,7 +56,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
                                                      progress=progress, torch_model=torch_model,
-                                                     block=block) if here else ([], [], [])
+                                                     block=block, costmodel=costmodel) if here else ([], [], [])
     uniform = next((e["check"]["reference"] for e in target_entries + baseline_entries
                     if e.get("check", {}).get("uniform_reference")), None)
     if uniform:
@@ -77,6 +79,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                      "block": block, "seed": seed,
                      "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                      "db": str(db) if db else None,
+                     "costmodel": costmodel if isinstance(costmodel, bool) else str(costmodel),
                      "torch_model": str(torch_model) if torch_model else None,
                      "results": [str(p) for p in results or []]},
         "model": model_info,
