@@ -128,6 +128,31 @@ def has_sliding_window(block) -> bool:
     return False
 
 
+def branch_conditions(expr):
+    """The conditions of every if_then_else in `expr` (a block's stored value)."""
+    import tvm
+
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "").endswith("if_then_else"):
+            yield node.args[0]
+        for field in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, field, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                pending.append(child)
+        pending.extend(getattr(node, "args", ()))
+        pending.extend(getattr(node, "indices", ()))
+
+
+def branches_along(block, axis: int) -> bool:
+    """Whether the block's value picks between branches by its iter var `axis` (a concat along that axis):
+    neighbouring elements along it may take different branches."""
+    var = block.iter_vars[axis].var.name
+    value = getattr(block.body, "value", None)
+    return value is not None and any(var in _vars_in(cond) for cond in branch_conditions(value))
+
+
 def main_reduction(infos):
     """The reduction block doing the most work (the conv / matmul / pool itself), or None."""
     reductions = [b for b in infos if b.is_reduction]
@@ -190,5 +215,5 @@ def symbolic_vars(func) -> list:
 
 
 __all__ = ["KINDS", "WINOGRAD", "FLOPS", "ROLE", "DEPTHWISE_INPUT", "BlockInfo", "root_blocks", "mac_operands",
-           "has_sliding_window", "main_reduction", "with_role", "is_winograd", "classify_blocks", "classify",
-           "symbolic_vars"]
+           "has_sliding_window", "branches_along", "main_reduction", "with_role", "is_winograd", "classify_blocks",
+           "classify", "symbolic_vars"]

@@ -29,10 +29,15 @@ class CPUBackend(Backend):
 
         attrs = {"kind": "llvm", "mcpu": self.spec.arch, "mtriple": self.spec.triple,
                  "num-cores": self.spec.cores}
+        mattr = []
         if self.spec.simd_width == 16:  # our templates emit 512-bit vectors: let LLVM keep them whole
-            # no gathers from LLVM's own vectorizer: its 16-lane masked gathers gave wrong numbers
-            # (docs/decisions/avx512-width.md)
-            attrs["mattr"] = ["-prefer-256-bit", "+prefer-no-gather"]
+            mattr.append("-prefer-256-bit")
+        if self.spec.triple.startswith("x86_64") and self.spec.simd_width >= 8:
+            # no gathers from LLVM's own vectorizer: with them it gave wrong numbers for loops of one vector's
+            # length, on AVX2 and AVX-512 parts alike (docs/decisions/avx512-width.md)
+            mattr.append("+prefer-no-gather")
+        if mattr:
+            attrs["mattr"] = mattr
         return tvm.target.Target(attrs)
 
     def compile(self, mod, **kwargs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..analysis import REDUCE, SPATIAL, main_reduction, root_blocks
+from ..analysis import REDUCE, SPATIAL, branches_along, main_reduction, root_blocks
 from ..template import Knob, Knobs, Template
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,12 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     parallel = parallel and least_iterations(sch, loops) >= MIN_PARALLEL_ELEMENTS
     inner = loops[-1]
     outer = list(loops[:-1])
+    # A concat along the innermost axis branches per element: TVM's vectorizer would run the split loop one
+    # element at a time, and LLVM 22 miscompiles its own vectors over such a loop of one vector's length
+    # (docs/decisions/avx512-width.md). Left whole, LLVM vectorizes it correctly.
+    block = sch.get(rv)
+    if lanes and branches_along(block, len(block.iter_vars) - 1):
+        lanes = 0
     if lanes and _splits_into_vectors(sch, inner, lanes):
         io, ii = sch.split(inner, [None, lanes])
         outer.append(io)

@@ -21,9 +21,6 @@ NOT_CONVERTED = "{op}: {why}; the node is refused by name"
 FLOAT16_ROUNDING = ("float16 arithmetic in float16 throughout (the _expanded graph's MatMul and Softmax): a unit in "
                     "the last place off the reference, over the case's tolerance; xcomp's Attention node computes "
                     "16-bit floats in float32 and passes")
-CONCAT_RESHAPE = ("wrong values from xcomp's CPU code on AVX-512 hosts: the fused group (slices, products, a Concat "
-                  "of halves of 4, the heads merged back) built with 16-lane vectors across the Concat's boundary; "
-                  "right with 32 lanes or none, and on AVX2 (docs/decisions/avx512-width.md); the 4D cases pass")
 STACK_ALLOCATION = ("the _expanded graph builds a kernel that TVM's CPU code generator refuses (a stack allocation "
                     "of a size it cannot see); the RotaryEmbedding node itself converts and passes")
 ZERO_SIZED_RESHAPE = ("a zero-sized input reshaped by a shape given at run time: the output dims are symbolic, and "
@@ -80,7 +77,6 @@ KNOWN_GAPS = {
         "test_attention_4d_fp16_expanded", "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
         "test_attention_4d_causal_fp16_expanded",
     ], FLOAT16_ROUNDING),
-    "test_rotary_embedding_3d_input": CONCAT_RESHAPE,
     **dict.fromkeys([
         "test_rotary_embedding_expanded", "test_rotary_embedding_3d_input_expanded",
         "test_rotary_embedding_interleaved_expanded", "test_rotary_embedding_no_position_ids_expanded",
