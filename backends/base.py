@@ -108,6 +108,8 @@ class Backend(abc.ABC):
 
     def __init__(self, spec: HardwareSpec):
         self.spec = spec
+        #: float32 matmuls and convs may use TF32 matrix cores (the user opts in: `xcomp compile --tf32`)
+        self.tf32 = False
         self._schedule_context = None
 
     @abc.abstractmethod
@@ -122,8 +124,9 @@ class Backend(abc.ABC):
         """What schedule templates know of this backend (schedules/context.py), made once."""
         from xcomp.schedules.context import ScheduleContext
 
-        if self._schedule_context is None or self._schedule_context.spec is not self.spec:
-            self._schedule_context = ScheduleContext(self.spec, self.target(), self.fragment_intrinsics)
+        ctx = self._schedule_context
+        if ctx is None or ctx.spec is not self.spec or ctx.tf32 != self.tf32:
+            self._schedule_context = ScheduleContext(self.spec, self.target(), self.fragment_intrinsics, self.tf32)
         return self._schedule_context
 
     @abc.abstractmethod

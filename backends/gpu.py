@@ -21,7 +21,9 @@ class FragmentIntrinsics:
 
     One warp (wavefront) holds each 16 x k operand tile and the 16 x 16 accumulator in registers, spread over its
     lanes by the `layout_*` maps ((row, col) of the tile -> (lane, register)). Operands come from `shared_scope`;
-    B is read K-major ([k, n]). The shared matrix-core template needs nothing else from the vendor.
+    B is read K-major ([k, n]). `bank_layouts`: shared memory has 32 banks of 4 bytes, which the template lays its
+    tiles out against (tests/gpu_banks.py simulates them); False keeps plain padded rows (nothing models ROCm's LDS
+    banks). The shared matrix-core template needs nothing else from the vendor.
     """
 
     k: int
@@ -35,6 +37,7 @@ class FragmentIntrinsics:
     layout_a: Callable
     layout_b: Callable
     layout_c: Callable
+    bank_layouts: bool = False
 
 
 class GPUBackend(Backend):

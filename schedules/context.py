@@ -17,3 +17,6 @@ class ScheduleContext:
     target: Any  # tvm.target.Target
     # (operand dtype, accumulator dtype) -> the backend's fragment intrinsics for its matrix cores, or None
     fragment_intrinsics: Callable
+    # float32 GEMMs may run on the matrix cores' tfloat32 shapes (operands rounded to tf32, float32 sums): the
+    # user's opt-in (--tf32), since it changes results; off, they keep plain float32 math
+    tf32: bool = False

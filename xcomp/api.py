@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_db=None,  # noqa: A001
             progress: bool = False, input_values: dict | None = None, cuda_graph: bool = False,
-            costmodel=True):
+            costmodel=True, tf32: bool = False):
     """Compile an ONNX model for `target` and return a runnable `xcomp.Module`.
 
     model:        path to an .onnx file, its bytes, an onnx.ModelProto, or `onnx:NAME` for a model shipped
@@ -26,6 +26,10 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
                   The module then checks, when given them, that they hold these values.
     cuda_graph:   (CUDA) replay the kernels as CUDA graphs: one launch per graph instead of one per kernel,
                   for static shapes; the graph is captured on the first call.
+    tf32:         (NVIDIA) float32 matmuls and convs run on TF32 matrix cores: operands rounded to tf32 (10
+                  mantissa bits), sums in float32, as torch.backends.cuda.matmul.allow_tf32; off (the default)
+                  they keep float32 math. module.info["float32_math"] says which ("fp32" or "tf32"); on a target
+                  without TF32 matrix cores xcomp can program (CPUs, ROCm) it changes nothing and a note says so.
     """
     from xcomp.frontends.examples import resolve
     from xcomp.native import tvm_log_to_logging
@@ -34,7 +38,7 @@ def compile(model, target: str = "cpu", input_shapes: dict | None = None, tune_d
     with tvm_log_to_logging():
         return compile_model(resolve(model), target=target, input_shapes=input_shapes, tune_db=tune_db,
                              progress=progress, input_values=input_values, cuda_graph=cuda_graph,
-                             costmodel=costmodel)
+                             costmodel=costmodel, tf32=tf32)
 
 
 def tune(model, target: str = "cpu", db="tune.sqlite", trials: int | None = None, time_budget_s: float | None = None,

@@ -145,14 +145,15 @@ def build_executable(mod, backend, cuda_graph=False):
 
 
 def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress=True, input_values=None,
-                  group_knobs=None, cuda_graph=False, costmodel=True):
+                  group_knobs=None, cuda_graph=False, costmodel=True, tf32=False):
     """Model (path, bytes or ModelProto) -> xcomp.Module for `target`; groups with records in `tune_db` get
     their fastest measured config; the rest the cost model's predicted best where its held-out evidence trusts
     the group's template on this hardware (costmodel/predict.py), else their template default. `costmodel`:
     True (the shipped model), False (template defaults: what the tuner measures against), or the path of a
     model file with its .confidence.json beside it. `group_knobs` ({group key: knobs}) sets configs before the
     database does (the tuner compiles the model with chosen candidates so). `cuda_graph`: replay the model's
-    kernels as CUDA graphs (CUDA targets only)."""
+    kernels as CUDA graphs (CUDA targets only). `tf32`: float32 matmuls and convs may run on TF32 matrix cores
+    where the target has them (float32_math_notes says which math the build used)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.runtime.module import Module
@@ -164,6 +165,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         backend = get_backend(target)
         if cuda_graph and backend.name != "cuda":
             raise TargetError(f"CUDA graphs need a CUDA target, not {backend.target_string}")
+        backend.tf32 = bool(tf32)
         steps.set_postfix_str("import")
         imported = load_onnx(model, input_shapes, input_values)
         timings["import_s"] = time.perf_counter() - t0
@@ -200,6 +202,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         timings["build_s"] = time.perf_counter() - t
         steps.update()
     timings["total_s"] = time.perf_counter() - t0
+    math, math_notes = float32_math(backend, groups, choices)
     return Module(
         executable,
         backend,
@@ -211,11 +214,42 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "opset": imported.opset,
             "compile_times": timings,
             "cuda_graph": cuda_graph,
+            "float32_math": math,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
-            "notes": notes + _schedule_notes(groups, choices) + _costmodel_notes(choices),
+            "notes": notes + _schedule_notes(groups, choices) + _costmodel_notes(choices) + math_notes,
         },
         bound_inputs=imported.bound_inputs,
     )
+
+
+def float32_math(backend, groups, choices) -> tuple[str, list]:
+    """Which math the float32 matmul and conv groups of a build use, "tf32" (TF32 matrix cores: the user's --tf32,
+    where the target has them) or "fp32", and the notes that say so: on a GPU build always, elsewhere where --tf32
+    was given and had no effect."""
+    from xcomp.schedules.gpu import float32_gemm
+
+    ctx = backend.schedule_context()
+    tf32_cores = ctx.fragment_intrinsics("tfloat32", "float32") is not None
+    if ctx.tf32 and not tf32_cores:
+        return "fp32", [f"--tf32: {backend.target_string} has no TF32 matrix cores xcomp can program, so float32 "
+                        "math stays fp32 (docs/targets.md)"]
+    if not backend.spec.is_gpu:
+        return "fp32", []
+    names = {g.key: g.name for g in groups}
+    reps = {g.key: g for g in groups}
+    gemms = [key for key in choices if float32_gemm(reps[key].func)]
+    # a group that stepped down to the generic schedule left the matrix-core template (and its tf32)
+    on_tf32 = [key for key in gemms if ctx.tf32 and not choices[key].source.startswith("generic")]
+    math = "tf32" if on_tf32 else "fp32"
+    if not gemms:
+        return math, []
+    if not ctx.tf32:
+        hint = "; --tf32 lets them use TF32 matrix cores: operands rounded to tf32, float32 sums" if tf32_cores else ""
+        return math, [f"float32 math: fp32 ({len(gemms)} float32 matmul/conv group(s) on float32 FMAs{hint})"]
+    left = [names[key] for key in gemms if key not in on_tf32]
+    return math, [f"float32 math: tf32 ({len(on_tf32)} of {len(gemms)} float32 matmul/conv group(s) on TF32 matrix "
+                  "cores: operands rounded to tf32, float32 sums" + (f"; fp32: {', '.join(left)}" if left else "")
+                  + ")"]
 
 
 def _predictor(backend, costmodel):

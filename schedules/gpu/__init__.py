@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..rules import Rule, any_group, dispatch
 from ..template import Template
 from .dlight_template import DlightTemplate
-from .matrix_core import MatrixCoreTemplate, legalize_map, matrix_core_intrinsics
+from .matrix_core import MatrixCoreTemplate, float32_gemm, legalize_map, matrix_core_intrinsics
 
 # In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
 RULES = [
@@ -19,4 +19,4 @@ def get_template(func, ctx, notes: list | None = None) -> Template:
     return dispatch(RULES, func, ctx, notes)
 
 
-__all__ = ["RULES", "legalize_map", "get_template", "DlightTemplate", "MatrixCoreTemplate"]
+__all__ = ["RULES", "float32_gemm", "legalize_map", "get_template", "DlightTemplate", "MatrixCoreTemplate"]

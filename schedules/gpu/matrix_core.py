@@ -4,7 +4,8 @@ One schedule for every vendor. What differs between them (the MMA instruction, h
 the shared-memory scope) comes from the backend's `FragmentIntrinsics`; sizes come from the `HardwareSpec`.
 
 It takes a group whose single reduction is C[S, I, J] += float32(A[S, I, K]) * float32(B[S, K, J]) on float16
-operands, in any index order TVM's legalization wrote it, with fused producers (e.g. a transpose) and consumers
+operands (or on float32 operands, on the matrix cores' tfloat32 shapes, where the user opted in: ctx.tf32), in any
+index order TVM's legalization wrote it, with fused producers (e.g. a transpose) and consumers
 (bias, activation, a cast back to float16); a conv2d is one too (an implicit GEMM: K runs over input channels and
 the window). The reduction is normalized to that form and padded to whole block tiles; producers are inlined into
 the shared-memory loads, consumers into the write-back.
@@ -15,11 +16,14 @@ shared-memory stage.
 Shared-memory layouts (docs/decisions/shared-memory-banks.md; tests/gpu_banks.py counts the bank conflicts): where
 the fragments load through ldmatrix, an operand tile whose rows are a multiple of 32 elements takes TVM's XOR-permuted
 layout (its InjectPermutedLayout pass rewrites the copies' and ldmatrix's addresses alike), other rows are padded, and
-the accumulator rows are padded so the fragment stores spread over the banks.
+the accumulator rows are padded so the fragment stores spread over the banks. Where the fragments load element by
+element (tfloat32), each operand's rows are padded to the pitch at which a warp's loads of one register touch
+every bank once, found from the fragment layout itself.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ..template import Declined, Knob, Knobs, Template
@@ -29,6 +33,9 @@ _PERMUTED_ROWS = 32  # TVM's permuted layout takes rows of a multiple of 32 elem
 _ROW_ALIGN = (32, 8)  # padded rows: a stride of 8 more than a multiple of 32 elements
 _ACC_DTYPE = "float32"
 _WIDENED = ("float16", "bfloat16")  # operand types whose products are summed in _ACC_DTYPE
+_TF32 = "tfloat32"  # the matrix cores' type for float32 operands (10 mantissa bits), with ctx.tf32 only
+_BANKS, _BANK_BYTES = 32, 4  # shared memory where the intrinsics have bank_layouts
+_CHUNK_BYTES = 16  # a padded row stays a whole number of 16-byte chunks (vector copies, cp.async)
 
 
 def _gemm_block(sch):
@@ -53,6 +60,17 @@ def _operand_dtypes(block) -> tuple[str, str, str]:
     return str(block.reads[0].source.dtype), str(block.reads[1].source.dtype), str(block.writes[0].source.dtype)
 
 
+def float32_gemm(func) -> bool:
+    """Whether `func` is a GEMM (a matmul, or a conv as an implicit GEMM) on float32 operands summed in float32:
+    the groups whose math --tf32 changes."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    block = _gemm_block(sch)
+    return block is not None and set(_operand_dtypes(sch.get(block))) == {_ACC_DTYPE}
+
+
 def matrix_core_intrinsics(func, ctx):
     """The backend's fragment intrinsics when `func` is a GEMM its matrix cores can run, else None."""
     import tvm
@@ -65,7 +83,26 @@ def matrix_core_intrinsics(func, ctx):
     a, b, c = _operand_dtypes(sch.get(block))
     if a != b or c != _ACC_DTYPE:
         return None
+    if a == _ACC_DTYPE:  # float32 operands: tf32 changes the results, so only where the user opted in
+        return ctx.fragment_intrinsics(_TF32, c) if ctx.tf32 else None
     return ctx.fragment_intrinsics(a, c)
+
+
+@functools.lru_cache(maxsize=None)
+def _conflict_free_pitch(layout, rows: int, cols: int, row: int, elem_bytes: int) -> int | None:
+    """The smallest row pitch (elements, from `row` on in 16-byte steps) at which one warp's element-wise loads of a
+    rows x cols fragment (lane and register of each element from `layout`) touch each bank once per register, or
+    None. A fragment's place in the tile moves every lane's address alike, so one fragment stands for all."""
+    registers = {}
+    for r in range(rows):
+        for c in range(cols):
+            registers.setdefault(layout(r, c)[1], []).append((r, c))
+    step = max(1, _CHUNK_BYTES // elem_bytes)
+    for pitch in range(row, row + _BANKS * _BANK_BYTES // elem_bytes, step):
+        words = [{(r * pitch + c) * elem_bytes // _BANK_BYTES for r, c in cells} for cells in registers.values()]
+        if all(len({w % _BANKS for w in ws}) == len(ws) for ws in words):
+            return pitch
+    return None
 
 
 def legalize_map(spec) -> dict:
@@ -184,21 +221,27 @@ class MatrixCoreTemplate(Template):
 
         super().__init__(func, ctx)
         self.intrinsics = intrinsics  # backends.gpu.FragmentIntrinsics
-        self.operand_bytes = 2  # float16
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-        self.contiguous = _contiguous_operands(sch.get(_gemm_block(sch)))
+        block = sch.get(_gemm_block(sch))
+        self.operand_bytes = tvm.DataType(_operand_dtypes(block)[0]).bits // 8  # float16: 2, float32 (tf32): 4
+        self.contiguous = _contiguous_operands(block)
         # TVM's permuted layout rewrites ldmatrix addresses; other fragment loads keep padded rows
         self.ldmatrix = _loads_through_ldmatrix(intrinsics)
 
     def knob_space(self) -> dict[str, list]:
+        widest = self._widest_vector()
         return {"warps_m": [1, 2, 4], "warps_n": [1, 2, 4], "frags_m": [1, 2, 4], "frags_n": [1, 2, 4],
-                "k_frags": [1, 2, 4], "vector": [4, 8] if any(self.contiguous) else [1],
+                "k_frags": [1, 2, 4], "vector": [widest // 2, widest] if any(self.contiguous) else [1],
                 # shared-memory tiles in flight: more than one only where copies can run asynchronously
                 "stages": [1, 2, 3, 4] if "cp.async" in self.spec.features else [1]}
 
     def default_knobs(self) -> Knobs:
         return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
-                "vector": 8 if any(self.contiguous) else 1, "stages": 1}
+                "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
+
+    def _widest_vector(self) -> int:
+        """Operand elements in the widest copy a thread makes into shared memory (8 float16, 4 float32)."""
+        return min(8, self.spec.vector_bytes // self.operand_bytes)
 
     def finish(self, func):
         """Indices in int32 where every buffer is small enough: TVM's own narrowing gives up on the permuted
@@ -228,19 +271,36 @@ class MatrixCoreTemplate(Template):
         """Whether an operand tile with rows of `row` elements takes TVM's XOR-permuted shared layout."""
         return self.shared_layout == "banks" and self.ldmatrix and row % _PERMUTED_ROWS == 0
 
-    def _pitch(self, row: int, permutable: bool) -> int:
+    def _operand_align(self, operand: int, row: int) -> tuple[int, int] | None:
+        """storage_align's (factor, offset) for the shared tile of operand 0 (A) or 1 (B), rows of `row` elements;
+        None where the rows stay dense (the permuted layout, or shared_layout "dense")."""
+        f = self.intrinsics
+        if self.shared_layout != "banks" or self._permuted(row):
+            return None
+        if f.bank_layouts and not self.ldmatrix:  # element-wise fragment loads: the pitch their layout wants
+            layout, rows, cols = (f.layout_a, FRAGMENT, f.k) if operand == 0 else (f.layout_b, f.k, FRAGMENT)
+            pitch = _conflict_free_pitch(layout, rows, cols, row, self.operand_bytes)
+            factor = _BANKS * _BANK_BYTES // self.operand_bytes
+            return (factor, pitch % factor) if pitch is not None else _ROW_ALIGN
+        return _ROW_ALIGN
+
+    def _accumulator_align(self) -> tuple[int, int] | None:
+        return _ROW_ALIGN if self.shared_layout == "banks" and self.intrinsics.bank_layouts else None
+
+    @staticmethod
+    def _pitch(row: int, align: tuple[int, int] | None) -> int:
         """Elements from one row of a shared tile to the next: `row`, or padded as storage_align pads it."""
-        if self.shared_layout != "banks" or (permutable and self._permuted(row)):
+        if align is None:
             return row
-        factor, offset = _ROW_ALIGN
+        factor, offset = align
         return row + (offset - row) % factor
 
     def shared_bytes(self, knobs: Knobs) -> int:
         """Shared memory the config's tiles take at most: every operand stage and the float32 accumulator tile
         (TVM may let the accumulator reuse the operands' space, which only makes it less)."""
         bm, bn, bk = self._block_tile(knobs)
-        operands = bm * self._pitch(bk, True) + bk * self._pitch(bn, True)
-        accumulator = bm * (self._pitch(bn, False) if self.ldmatrix else bn)
+        operands = bm * self._pitch(bk, self._operand_align(0, bk)) + bk * self._pitch(bn, self._operand_align(1, bn))
+        accumulator = bm * self._pitch(bn, self._accumulator_align())
         return knobs.get("stages", 1) * operands * self.operand_bytes + accumulator * 4
 
     def valid(self, knobs: Knobs) -> bool:
@@ -287,10 +347,11 @@ class MatrixCoreTemplate(Template):
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(vec)
             row = bk if operand == 0 else bn
+            align = self._operand_align(operand, row)
             if self._permuted(row):
                 sch.annotate(stage, "permuted_layout", 1)
-            elif self.shared_layout == "banks":
-                sch.storage_align(stage, 0, axis=-2, factor=_ROW_ALIGN[0], offset=_ROW_ALIGN[1])
+            elif align is not None:
+                sch.storage_align(stage, 0, axis=-2, factor=align[0], offset=align[1])
             auto_inline_producers(sch, stage)
 
         frag_a = sch.cache_read(tile, 0, "warp")
@@ -333,8 +394,9 @@ class MatrixCoreTemplate(Template):
         sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], f.fill)
         fragment_store = sch.blockize(store)
         sch.tensorize(fragment_store, f.store)
-        if self.shared_layout == "banks" and self.ldmatrix:  # the accumulator tile's rows, padded
-            sch.storage_align(fragment_store, 0, axis=-2, factor=_ROW_ALIGN[0], offset=_ROW_ALIGN[1])
+        if self._accumulator_align() is not None:  # the accumulator tile's rows, padded
+            factor, offset = self._accumulator_align()
+            sch.storage_align(fragment_store, 0, axis=-2, factor=factor, offset=offset)
 
         auto_inline_consumer_chain(sch, write_back)
         loop = sch.fuse(*sch.get_loops(write_back)[-2:])

@@ -22,12 +22,12 @@ def runs_here(target: str) -> bool:
 def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), input_shapes=None, db=None,
                    results=(), warmup=3, repeat=30, seed=0, model_label=None, argv=None, progress=True,
                    profile_groups=True, blas=True, input_values=None, torch_model=None, block=BLOCK,
-                   costmodel=True) -> dict:
+                   costmodel=True, tf32=False) -> dict:
     """The report document (see docs/report-schema.md). `model`: a path, bytes or onnx.ModelProto.
     `repeat` steady calls of every runner, in blocks of `block` calls (xcomp.report.bench.alternating_blocks).
     `profile_groups` / `blas`: time every operator group / the BLAS baseline of GEMM groups (the slow parts).
     `torch_model`: the model as a torch.export file (.pt2), for the torch and torch.compile baselines.
-    `costmodel`: as xcomp.compile's, for the targets measured here."""
+    `costmodel`, `tf32`: as xcomp.compile's, for the targets measured here."""
     from xcomp.backends import get_backend
 
     from .results import KIND, SCHEMA_VERSION
@@ -56,7 +56,8 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                                                      warmup=warmup, repeat=repeat, seed=seed,
                                                      profile_groups=profile_groups, blas=blas,
                                                      progress=progress, torch_model=torch_model,
-                                                     block=block, costmodel=costmodel) if here else ([], [], [])
+                                                     block=block, costmodel=costmodel,
+                                                     tf32=tf32) if here else ([], [], [])
     uniform = next((e["check"]["reference"] for e in target_entries + baseline_entries
                     if e.get("check", {}).get("uniform_reference")), None)
     if uniform:
@@ -69,6 +70,11 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
             by_name[name] = predict_target(model, name, input_shapes, input_values=input_values,
                                            reason="no such device on this machine and no --results file measured it")
     ordered = [by_name[n] for n in names] + [e for n, e in by_name.items() if n not in names]
+    notes += [f"xcomp {e['target']}: float32 math {e['float32_math']}" for e in target_entries
+              if e["hardware"]["kind"] == "gpu"]
+    if tf32 and any(e["status"] == "predicted" and e["hardware"]["kind"] == "gpu" for e in ordered):
+        notes.append("--tf32 applies to the targets measured here: predicted rows bound float32 groups by the "
+                     "plain fp32 peak")
     report = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
@@ -80,6 +86,7 @@ def collect_report(model, targets=("cpu",), baselines=("onnxruntime", "torch"), 
                      "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                      "db": str(db) if db else None,
                      "costmodel": costmodel if isinstance(costmodel, bool) else str(costmodel),
+                     "tf32": bool(tf32),
                      "torch_model": str(torch_model) if torch_model else None,
                      "results": [str(p) for p in results or []]},
         "model": model_info,

@@ -43,9 +43,9 @@ def _default_vs_tuned(module, rows, repeat: int) -> None:
 
 def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, repeat=30, seed=0,
             profile_groups=True, blas=True, progress=True, input_values=None, torch_model=None, block=BLOCK,
-            costmodel=True):
+            costmodel=True, tf32=False):
     """Targets runnable here -> (target entries, baseline entries, blas rows). `model` is a path or bytes;
-    `torch_model` a torch.export file for the torch baselines; `costmodel` as xcomp.compile's."""
+    `torch_model` a torch.export file for the torch baselines; `costmodel`, `tf32` as xcomp.compile's."""
     import xcomp
     from xcomp.report.bench import (ONNXRUNTIME_BASELINES, OnnxRuntimeBaseline, ProviderUnavailable, _serialized,
                                      alternating_blocks)
@@ -56,7 +56,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
     for target in targets:
         t0 = time.perf_counter()
         module = xcomp.compile(model, target=target, input_shapes=input_shapes, tune_db=db, progress=progress,
-                               input_values=input_values, costmodel=costmodel)
+                               input_values=input_values, costmodel=costmodel, tf32=tf32)
         compile_s = time.perf_counter() - t0
         modules[target] = module
         entries[target] = {"compile_s": compile_s}
@@ -140,6 +140,7 @@ def measure(model, targets, baselines, input_shapes=None, db=None, warmup=3, rep
                           "total_s": e["compile_s"] + e["first_ms"] / 1e3,
                           "compile_breakdown_s": module.info.get("compile_times", {})},
             "schedules": _schedule_sources(module),
+            "float32_math": module.info.get("float32_math", "fp32"),
             "model_flops": model_flops(module),
         }
         if "check" in e:
