@@ -292,7 +292,7 @@ def _print_bundle_imported(runner):
 def _print_bundle_next(runner, args):
     import shlex
 
-    if runner.pending or runner.side_by_side:
+    if runner.pending:
         print("\n" + runner.instructions(" ".join(shlex.quote(a) for a in args.argv)))
     else:
         print("nothing left to measure: every group's knob space is exhausted or the trials are spent")
@@ -334,8 +334,7 @@ def cmd_tune(args):
                         progress=not args.quiet, runner=runner, in_model_top=args.in_model_top)
     bundle = args.runner == "bundle"
     if bundle:
-        result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending,
-                            "side_by_side": runner.side_by_side}
+        result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending}
     if args.json:
         return result
 
@@ -614,7 +613,7 @@ def build_parser():
                                    "unsupported / wrong / error / crash / timeout by op type.")
     p.add_argument("--set", action="append", choices=["node", "light", "pytorch-converted", "pytorch-operator",
                                                       "simple"], help="test sets (default: all; repeatable)")
-    p.add_argument("--sample", action="store_true", help="node tests: one case per op type, the first by name")
+    p.add_argument("--sample", action="store_true", help="node tests: one case per op type (opsets 7..22)")
     p.add_argument("--op", action="append", help="only cases whose first node is this op type (repeatable)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases run at once (default: cores)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
