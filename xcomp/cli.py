@@ -136,7 +136,7 @@ def cmd_compile(args):
     model = _model_arg(args.model)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
                            progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph,
-                           costmodel=args.costmodel, tf32=args.tf32)
+                           costmodel=args.costmodel)
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -179,8 +179,7 @@ def _open_module(args):
                             f"fixed: {fixed})")
         return module
     return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                         progress=not args.quiet, input_values=_input_values(args), costmodel=args.costmodel,
-                         tf32=args.tf32)
+                         progress=not args.quiet, input_values=_input_values(args), costmodel=args.costmodel)
 
 
 def cmd_run(args):
@@ -443,8 +442,7 @@ def _bench_report(args, targets):
                             input_values=_input_values(args), db=args.db, results=args.results or [],
                             warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
                             argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail,
-                            torch_model=args.torch_model, block=args.block, costmodel=args.costmodel,
-                            tf32=args.tf32)
+                            torch_model=args.torch_model, block=args.block, costmodel=args.costmodel)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
@@ -523,12 +521,6 @@ def build_parser():
                        "evidence trusts that template on this kind of hardware (the notes say how many; "
                        "docs/decisions/zero-measurement-compile.md)")
 
-    def tf32(p, when=""):
-        p.add_argument("--tf32", action="store_true",
-                       help=f"{when}NVIDIA: float32 matmuls and convs run on TF32 matrix cores (operands rounded to "
-                       "tf32, float32 sums; faster, about 3 decimal digits per operand); default: float32 math. "
-                       "A note says which math the build used; on CPUs and ROCm it changes nothing")
-
     p = sub.add_parser("compile", help="compile a model to a .xc module file",
                        description="Compile an ONNX model for a target and save it as one .xc file.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
@@ -539,7 +531,6 @@ def build_parser():
                    "static shapes; captured on the first run)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
     no_costmodel(p)
-    tf32(p)
     common(p)
     p.set_defaults(func=cmd_compile)
 
@@ -551,7 +542,6 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="when compiling an .onnx: use tuned configs")
     no_costmodel(p, "when compiling an .onnx: ")
-    tf32(p, "when compiling an .onnx: ")
     common(p)
     p.set_defaults(func=cmd_run)
 
@@ -613,7 +603,7 @@ def build_parser():
                                    "unsupported / wrong / error / crash / timeout by op type.")
     p.add_argument("--set", action="append", choices=["node", "light", "pytorch-converted", "pytorch-operator",
                                                       "simple"], help="test sets (default: all; repeatable)")
-    p.add_argument("--sample", action="store_true", help="node tests: one case per op type (opsets 7..22)")
+    p.add_argument("--sample", action="store_true", help="node tests: one case per op type, the first by name")
     p.add_argument("--op", action="append", help="only cases whose first node is this op type (repeatable)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases run at once (default: cores)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
@@ -648,7 +638,6 @@ def build_parser():
                         "model's inputs in order; without it torch needs onnx2torch to convert the ONNX model")
     p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
     no_costmodel(p, "compiling the targets measured here: ")
-    tf32(p, "compiling the targets measured here: ")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
     p.add_argument("--results", action="append", metavar="REPORT.json",
                    help="measured results from another machine (its report.json), for targets not present here")
