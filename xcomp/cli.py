@@ -136,7 +136,7 @@ def cmd_compile(args):
     model = _model_arg(args.model)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
                            progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph,
-                           costmodel=args.costmodel)
+                           costmodel=args.costmodel, tf32=args.tf32)
     out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
@@ -179,7 +179,8 @@ def _open_module(args):
                             f"fixed: {fixed})")
         return module
     return xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
-                         progress=not args.quiet, input_values=_input_values(args), costmodel=args.costmodel)
+                         progress=not args.quiet, input_values=_input_values(args), costmodel=args.costmodel,
+                         tf32=args.tf32)
 
 
 def cmd_run(args):
@@ -442,7 +443,8 @@ def _bench_report(args, targets):
                             input_values=_input_values(args), db=args.db, results=args.results or [],
                             warmup=args.warmup, repeat=args.repeat, seed=args.seed, model_label=args.model,
                             argv=args.argv, progress=not args.quiet, profile_groups=detail, blas=detail,
-                            torch_model=args.torch_model, block=args.block, costmodel=args.costmodel)
+                            torch_model=args.torch_model, block=args.block, costmodel=args.costmodel,
+                            tf32=args.tf32)
     paths = write_report(report, args.report) if args.report else None
     if args.json:
         return report
@@ -521,6 +523,12 @@ def build_parser():
                        "evidence trusts that template on this kind of hardware (the notes say how many; "
                        "docs/decisions/zero-measurement-compile.md)")
 
+    def tf32(p, when=""):
+        p.add_argument("--tf32", action="store_true",
+                       help=f"{when}NVIDIA: float32 matmuls and convs run on TF32 matrix cores (operands rounded to "
+                       "tf32, float32 sums; faster, about 3 decimal digits per operand); default: float32 math. "
+                       "A note says which math the build used; on CPUs and ROCm it changes nothing")
+
     p = sub.add_parser("compile", help="compile a model to a .xc module file",
                        description="Compile an ONNX model for a target and save it as one .xc file.")
     p.add_argument("model", help="path to .onnx, or onnx:NAME")
@@ -531,6 +539,7 @@ def build_parser():
                    "static shapes; captured on the first run)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="use the fastest configs recorded by `xcomp tune`")
     no_costmodel(p)
+    tf32(p)
     common(p)
     p.set_defaults(func=cmd_compile)
 
@@ -542,6 +551,7 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--db", metavar="TUNE.sqlite", help="when compiling an .onnx: use tuned configs")
     no_costmodel(p, "when compiling an .onnx: ")
+    tf32(p, "when compiling an .onnx: ")
     common(p)
     p.set_defaults(func=cmd_run)
 
@@ -638,6 +648,7 @@ def build_parser():
                         "model's inputs in order; without it torch needs onnx2torch to convert the ONNX model")
     p.add_argument("--db", metavar="TUNE.sqlite", help="compile with tuned configs; the report shows tuning curves")
     no_costmodel(p, "compiling the targets measured here: ")
+    tf32(p, "compiling the targets measured here: ")
     p.add_argument("--report", metavar="DIR", help="write report.json, report.md, report.html and PNG charts here")
     p.add_argument("--results", action="append", metavar="REPORT.json",
                    help="measured results from another machine (its report.json), for targets not present here")
