@@ -153,7 +153,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
     model file with its .confidence.json beside it. `group_knobs` ({group key: knobs}) sets configs before the
     database does (the tuner compiles the model with chosen candidates so). `cuda_graph`: replay the model's
     kernels as CUDA graphs (CUDA targets only). `tf32`: float32 matmuls and convs may run on TF32 matrix cores
-    where the target has them (float32_math_notes says which math the build used)."""
+    where the target has them (float32_math says which math the build used)."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.runtime.module import Module
