@@ -4,8 +4,10 @@ Usage: python benchmarks/gpu_suite.py --out DIR [--budget-s 300] [--commit SHA] 
 
 GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, compiled by xcomp.compile for the
 visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
-arrays, timed with CUDA events. Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's default
-config, with 2-4 cp.async pipeline stages, and the best of --trials random ones, each checked in the model. Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
+arrays, timed with CUDA events; the float32 GEMM once more with xcomp's --tf32 beside cuBLAS TF32
+(torch.backends.cuda.matmul.allow_tf32). Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's
+default config, with 2-4 cp.async pipeline stages, and the best of --trials random ones, each checked in the model.
+Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
 with seeded random weights, exported to ONNX (opset 17, the legacy exporter); xcomp runs them with and without its
 CUDA graphs (cuda_graph=True), torch in eager mode, through torch.compile and through torch.compile(mode=
 "reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on two inputs before it is timed;
@@ -33,8 +35,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/gemm.py's search
 
+# (m, n, k, dtype[, math]): math "tf32" compiles with tf32=True and times cuBLAS with allow_tf32 (cuBLAS TF32)
 GEMMS = [(4096, 4096, 4096, "float16"), (8192, 8192, 8192, "float16"), (4096, 4096, 4096, "bfloat16"),
-         (4096, 4096, 4096, "float32"), (1024, 1024, 1024, "float16")]
+         (4096, 4096, 4096, "float32"), (4096, 4096, 4096, "float32", "tf32"), (1024, 1024, 1024, "float16")]
 SWEEPS = [(4096, 4096, 4096, "float16")]
 MODELS = [("resnet50", "float32"), ("resnet50", "float16"), ("bert-base", "float16")]
 TORCH_MODES = {"torch_eager_ms": None, "torch_compile_ms": "default", "torch_reduce_overhead_ms": "reduce-overhead"}
@@ -105,14 +108,19 @@ def relative_error(ours, reference):
     return float(np.max(np.abs(ours - reference)) / max(np.max(np.abs(reference)), 1e-30))
 
 
-def run_gemm(m, n, k, dtype, out_dir, dry_run):
+def run_gemm(m, n, k, dtype, out_dir, dry_run, math=None):
+    """One GEMM row. math "tf32" (a float32 GEMM): xcomp with tf32=True against cuBLAS with TF32 allowed, both
+    checked against the plain float32 product; the row's "math" is what xcomp's build reports it used."""
     import xcomp
 
+    tf32 = math == "tf32"
     row = {"m": m, "n": n, "k": k, "dtype": dtype}
     t = time.monotonic()
-    module = xcomp.compile(gemm_model(m, n, k, dtype), target="cuda:sm_90" if dry_run else "cuda")
+    module = xcomp.compile(gemm_model(m, n, k, dtype), target="cuda:sm_90" if dry_run else "cuda", tf32=tf32)
     row["xcomp_compile_s"] = round(time.monotonic() - t, 1)
-    row["ptxas"] = emit_code(module, os.path.join(out_dir, f"gemm_{m}x{n}x{k}_{dtype}"))
+    if dtype == "float32":
+        row["math"] = module.info["float32_math"]
+    row["ptxas"] = emit_code(module, os.path.join(out_dir, f"gemm_{m}x{n}x{k}_{dtype}" + ("_tf32" if tf32 else "")))
     if dry_run:
         return {**row, "xcomp_tflops": None, "cublas_tflops": None}
     import torch
@@ -130,8 +138,14 @@ def run_gemm(m, n, k, dtype, out_dir, dry_run):
     row["max_rel_error"] = relative_error(module(inputs["x"], inputs["w"]), reference)
     flop = 2.0 * m * n * k
     row["xcomp_tflops"] = flop / (module.benchmark(inputs, repeat=20)["median_ms"] * 1e-3) / 1e12
-    row["cublas_tflops"] = flop / (cuda_time_ms(lambda: torch.matmul(x, w)) * 1e-3) / 1e12
-    tolerance = 1e-2 if dtype != "float32" else 1e-4
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32  # cuBLAS TF32 beside xcomp's tf32, plain fp32 beside fp32
+    try:
+        row["cublas_tflops"] = flop / (cuda_time_ms(lambda: torch.matmul(x, w)) * 1e-3) / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    # tf32 keeps 10 mantissa bits per operand: over K = 4096 random terms about 1e-4 of the largest output
+    tolerance = 1e-2 if dtype != "float32" else 2e-3 if tf32 else 1e-4
     if row["max_rel_error"] > tolerance:
         row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> {tolerance})"
         row["xcomp_tflops"] = None
@@ -353,8 +367,9 @@ def main():
         with open(out_json, "w") as f:
             json.dump(result, f, indent=1)
 
-    for m, n, k, dtype in GEMMS:
-        record("gemm", f"gemm {m}x{n}x{k} {dtype}", run_gemm, m, n, k, dtype, args.out, args.dry_run)
+    for m, n, k, dtype, *math in GEMMS:
+        record("gemm", " ".join([f"gemm {m}x{n}x{k} {dtype}", *math]), run_gemm, m, n, k, dtype, args.out,
+               args.dry_run, *math)
     for m, n, k, dtype in SWEEPS:
         record("knob_sweeps", f"sweep {m}x{n}x{k} {dtype}", run_knob_sweep, m, n, k, dtype, args.trials,
                args.dry_run)

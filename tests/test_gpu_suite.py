@@ -22,21 +22,26 @@ def test_dry_run_writes_the_results_shape(tmp_path):
         pytest.skip(get_backend("cuda:sm_90").toolchain_problem())
     env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/local/cuda/bin")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_suite.py"), "--dry-run",
-                           "--out", str(tmp_path), "--commit", "test", "--only", "gemm 1024x1024x1024 float16"],
-                          capture_output=True, text=True, env=env, timeout=600)
+                           "--out", str(tmp_path), "--commit", "test", "--only", "gemm 1024x1024x1024 float16",
+                           "float32 tf32"], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / "gpu_suite.json") as f:
         result = json.load(f)
     assert {"device", "date", "commit", "gemm", "models"} <= set(result) and result["commit"] == "test"
-    (row,) = result["gemm"]
-    assert "error" not in row, row.get("error")
-    assert (row["m"], row["n"], row["k"], row["dtype"]) == (1024, 1024, 1024, "float16")
-    assert row["xcomp_tflops"] is None and row["cublas_tflops"] is None  # nothing ran: no number pretends it did
-    generated = tmp_path / "gemm_1024x1024x1024_float16"
-    with open(generated / "cuda_kernels.ptx") as f:
-        assert "mma.sync.aligned.m16n8k16" in f.read()
-    if shutil.which("ptxas", path=env["PATH"]):
-        assert any("0 bytes spill stores" in line for line in row["ptxas"]), row["ptxas"]
+    # the float32 GEMM with --tf32 (beside cuBLAS TF32 on a GPU) comes first in GEMMS
+    tf32, fp16 = sorted(result["gemm"], key=lambda row: row["dtype"] != "float32")
+    for row, shape, folder, mma in ((fp16, (1024, 1024, 1024, "float16"), "gemm_1024x1024x1024_float16",
+                                     "mma.sync.aligned.m16n8k16"),
+                                    (tf32, (4096, 4096, 4096, "float32"), "gemm_4096x4096x4096_float32_tf32",
+                                     "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")):
+        assert "error" not in row, row.get("error")
+        assert (row["m"], row["n"], row["k"], row["dtype"]) == shape
+        assert row["xcomp_tflops"] is None and row["cublas_tflops"] is None  # nothing ran: no number pretends so
+        with open(tmp_path / folder / "cuda_kernels.ptx") as f:
+            assert mma in f.read()
+        if shutil.which("ptxas", path=env["PATH"]):
+            assert any("0 bytes spill stores" in line for line in row["ptxas"]), row["ptxas"]
+    assert tf32["math"] == "tf32" and "math" not in fp16
 
 
 def _benchmark(name):
