@@ -7,6 +7,7 @@ import logging
 
 from ..analysis import REDUCE, SPATIAL, branches_along, main_reduction, root_blocks
 from ..template import Knob, Knobs, Template
+from . import guard
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,13 @@ class CpuTemplate(Template):
         sch = s_tir.Schedule(self.func)
         try:
             generic_schedule(sch, self.spec, GENERIC_DEFAULTS)
-            return sch.mod["main"]
+            return self.finish(sch.mod["main"])
         except Exception as err:  # the generic schedule's assumptions do not hold either
             log.debug("generic schedule failed: %s", err)
             return None
+
+    def finish(self, func):
+        return guard.insert(func)
 
 
 # -- inlining ----------------------------------------------------------------------------------------------
@@ -138,7 +142,7 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     loops = sch.get_loops(rv)
     if not loops:
         return
-    parallel = parallel and least_iterations(sch, loops) >= MIN_PARALLEL_ELEMENTS
+    wanted, parallel = parallel, parallel and least_iterations(sch, loops) >= MIN_PARALLEL_ELEMENTS
     inner = loops[-1]
     outer = list(loops[:-1])
     # A concat along the innermost axis branches per element: TVM's vectorizer would run the split loop one
@@ -153,6 +157,8 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
         sch.vectorize(ii)
     else:
         outer.append(inner)
+    if wanted and not parallel and guard.parallelize(sch, outer, cores, MIN_PARALLEL_ELEMENTS):
+        return  # a symbolic nest: parallel when its size at run time repays it (guard.py)
     parallelize(sch, outer, cores if parallel else 1)
 
 

@@ -353,7 +353,7 @@ class ChannelTileConv(DirectConvTemplate):
         prefetch.mark(sch, fused, kh, weight.name, tiles, rows, co_block * slab)
 
     def finish(self, func):
-        return prefetch.insert(func)
+        return prefetch.insert(super().finish(func))
 
 
 class PixelTileConv(DirectConvTemplate):

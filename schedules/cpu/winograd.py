@@ -214,7 +214,7 @@ class WinogradTemplate(CpuTemplate):
                                   k["co_block"], -k["tile_block"]))
 
     def finish(self, func):
-        return prefetch.insert(func)
+        return prefetch.insert(super().finish(func))
 
     def apply(self, sch, knobs):
         inline_injective(sch)  # the padding into the rows; the output transform into the epilogue

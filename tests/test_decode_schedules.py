@@ -1,0 +1,71 @@
+"""Schedules of a KV-cache decoding step: the groups over a symbolic cache length (attention's concat, its K
+transpose, the scores and their softmax) run parallel and vectorized as the length at run time repays, and match
+onnxruntime at every length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import xcomp
+from conftest import assert_matches_ort, make_model
+
+RTOL, ATOL = 1e-4, 1e-4
+HEADS, HEAD_DIM = 12, 64
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from xcomp.backends import get_backend
+
+    return get_backend("cpu")
+
+
+def _value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _inputs(**shapes):
+    rng = np.random.default_rng(1)
+    return {name: rng.uniform(-1, 1, shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def _scheduled(module, kind, backend):
+    """The scheduled PrimFuncs of the module's groups of `kind`."""
+    from xcomp.graph.partition import unique_groups
+    from xcomp.pipeline import schedule_group
+
+    groups = [rep for rep, _ in unique_groups(module.groups).values() if rep.kind == kind]
+    return [schedule_group(group, backend.schedule_context(), None)[0] for group in groups]
+
+
+def _guards(func) -> list:
+    """(then loop, else loop) of every run-time parallel guard (schedules/cpu/guard.py) at the func's top."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import IfThenElse, SeqStmt
+
+    body = func.body.block.body if isinstance(func.body, SBlockRealize) else func.body
+    stmts = body.seq if isinstance(body, SeqStmt) else [body]
+    return [(s.then_case, s.else_case) for s in stmts if isinstance(s, IfThenElse)]
+
+
+def test_kv_concat_runs_parallel_over_heads_when_the_cache_is_long(backend):
+    """The KV concat [1, heads, past, d] + [1, heads, seq, d]: least_iterations counts its symbolic length as 1,
+    which left it serial; guarded, it runs over the heads in parallel once the cache holds enough elements, and
+    serial for a short one (both paths checked against onnxruntime)."""
+    from tvm.tirx import ForKind
+
+    node = helper.make_node("Concat", ["past", "new"], ["present"], axis=2)
+    inputs = [_value("past", (1, HEADS, "past", HEAD_DIM)), _value("new", (1, HEADS, "seq", HEAD_DIM))]
+    model = make_model([node], inputs, [_value("present", (1, HEADS, "total", HEAD_DIM))])
+    module = xcomp.compile(model)
+    for past, seq in ((0, 1), (3, 2), (200, 1), (0, 128)):
+        inputs = _inputs(past=(1, HEADS, past, HEAD_DIM), new=(1, HEADS, seq, HEAD_DIM))
+        assert_matches_ort(module, model, inputs, rtol=RTOL, atol=ATOL)
+    (func,) = _scheduled(module, "injective", backend)
+    (guard,) = _guards(func)
+    parallel, serial = guard
+    assert parallel.kind == ForKind.PARALLEL and int(parallel.extent) == HEADS  # the symbolic length inside
+    assert serial.kind == ForKind.SERIAL
+    assert "T.vectorized" in func.script()
