@@ -286,13 +286,27 @@ def _print_bundle_imported(runner):
     if runner.imported:
         i = runner.imported
         print(f"imported {i['imported']} result(s) from {runner.folder} (measured on {i['device']['name']}"
-              + (f"; {i['not_measured']} candidate(s) the run did not reach" if i["not_measured"] else "") + ")\n")
+              + (f"; {i['not_measured']} candidate(s) the run did not reach" if i["not_measured"] else "") + ")")
+        _print_side_by_side(i.get("side_by_side"))
+        print()
+
+
+def _print_side_by_side(picks):
+    """Each group's default against its fastest alone in an imported bundle's side-by-side rounds."""
+    import numpy as np
+
+    for key, p in (picks or {}).items():
+        wins = sum(b < d for b, d in zip(p["best_ms"], p["default_ms"]))
+        verdict = ("uses the tuned config" if p["picked"] == p["best"] else
+                   f"keeps the default (the tuned config was faster in {wins} of {len(p['default_ms'])} rounds)")
+        print(f"  {key}: default {np.median(p['default_ms']):.4f} ms, tuned {np.median(p['best_ms']):.4f} ms side "
+              f"by side: {verdict}")
 
 
 def _print_bundle_next(runner, args):
     import shlex
 
-    if runner.pending:
+    if runner.pending or runner.side_by_side:
         print("\n" + runner.instructions(" ".join(shlex.quote(a) for a in args.argv)))
     else:
         print("nothing left to measure: every group's knob space is exhausted or the trials are spent")
@@ -334,7 +348,8 @@ def cmd_tune(args):
                         progress=not args.quiet, runner=runner, in_model_top=args.in_model_top)
     bundle = args.runner == "bundle"
     if bundle:
-        result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending}
+        result["bundle"] = {"folder": runner.folder, "imported": runner.imported, "pending": runner.pending,
+                            "side_by_side": runner.side_by_side}
     if args.json:
         return result
 
@@ -384,7 +399,9 @@ def cmd_db(args):
         result["total_records"] = db.count()
     if args.json:
         return result
+    picks = result.pop("side_by_side", None)
     print(", ".join(f"{k}: {v}" for k, v in result.items()))
+    _print_side_by_side(picks)
     return None
 
 

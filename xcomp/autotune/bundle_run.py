@@ -6,7 +6,8 @@ it as `run.py`, with timing.py beside it, to the machine with the GPU, where
 
     python3 BUNDLE/run.py                      (or, where xcomp is installed: python3 -m xcomp.autotune.bundle_run BUNDLE)
 
-measures every candidate listed in BUNDLE/manifest.json and writes BUNDLE/results.json. A candidate that crashes
+measures every candidate listed in BUNDLE/manifest.json, then times each group's default and fastest alone side by
+side (side_by_side), and writes BUNDLE/results.json. A candidate that crashes
 the process, hangs, or computes a different answer than the reference is a failure with its reason, and the next
 one runs in a fresh process. Inputs are regenerated from seeds, so a bundle ships no arrays.
 """
@@ -230,29 +231,36 @@ def run_bundle(folder, log=print) -> dict:
                           f"apache-tvm=={built_with}")
     results_path = os.path.join(folder, "results.json")
     doc = {"format": FORMAT, "bundle_id": manifest["bundle_id"], "tvm_version": here,
-           "device": _device_info(manifest), "complete": False, "results": {}}
+           "device": _device_info(manifest), "complete": False, "results": {}, "side_by_side": {}}
     if os.path.exists(results_path):  # a rerun after an interruption goes on where it stopped
         previous = read_json(results_path)
         if previous.get("bundle_id") == manifest["bundle_id"]:
-            doc["results"] = previous["results"]
+            doc["results"], doc["side_by_side"] = previous["results"], previous.get("side_by_side", {})
     settings = manifest["measure"]
     measurer = IsolatedMeasurer(settings["timeout_s"], settings["startup_grace_s"])
     todo = [item for item in manifest["items"] if item["error"] is None and item["id"] not in doc["results"]]
     start = time.perf_counter()
+
+    def measure(workload, artifact) -> dict:
+        return measurer.measure({
+            "device": manifest["device"], "reference": os.path.join(folder, workload["reference"]),
+            "artifact": os.path.join(folder, artifact), "params": workload["params"], "seed": workload["seed"],
+            "number": settings["number"], "repeat": settings["repeat"], "min_repeat_ms": settings["min_repeat_ms"],
+            "cold_weights": settings.get("cold_weights", False),  # older bundles timed warm
+            "evict_private_bytes": workload.get("evict_private_bytes", 0)})
+
     try:
         for n, item in enumerate(todo, start=1):
-            workload = manifest["workloads"][item["workload"]]
-            request = {"device": manifest["device"], "reference": os.path.join(folder, workload["reference"]),
-                       "artifact": os.path.join(folder, item["artifact"]), "params": workload["params"],
-                       "seed": workload["seed"], "number": settings["number"], "repeat": settings["repeat"],
-                       "min_repeat_ms": settings["min_repeat_ms"],
-                       "cold_weights": settings.get("cold_weights", False),  # older bundles timed warm
-                       "evict_private_bytes": workload.get("evict_private_bytes", 0)}
-            reply = measurer.measure(request)
+            reply = measure(manifest["workloads"][item["workload"]], item["artifact"])
             doc["results"][item["id"]] = {k: reply[k] for k in ("latencies_ms", "error") if k in reply}
             write_json(results_path, doc)
             outcome = reply.get("error") or f"{float(np.median(reply['latencies_ms'])):.4f} ms"
             log(f"[{n}/{len(todo)}] {item['id']}: {outcome}")
+        for wid, entry in manifest.get("side_by_side", {}).items():
+            if wid not in doc["side_by_side"]:
+                doc["side_by_side"][wid] = side_by_side(manifest, doc["results"], wid, entry, measure)
+                write_json(results_path, doc)
+                log(f"side by side {wid}: {_describe_rounds(doc['side_by_side'][wid])}")
     finally:
         measurer.close()
     doc["complete"] = True
@@ -260,6 +268,48 @@ def run_bundle(folder, log=print) -> dict:
     log(f"measured {len(todo)} candidate(s) in {time.perf_counter() - start:.1f}s -> {results_path}; copy it back "
         "into the bundle folder on the machine that made it")
     return doc
+
+
+def _key(knobs) -> str:
+    """A config's canonical JSON, as the tuning database spells it (xcomp.autotune.db.canonical_knobs)."""
+    return json.dumps(knobs, sort_keys=True, separators=(",", ":"))
+
+
+def side_by_side(manifest, results, wid, entry, measure) -> dict:
+    """Time a group's default and its fastest alone side by side, entry["rounds"] rounds, each the default then
+    the other. The fastest alone is the fastest of the configs known where the bundle was made (entry["known"]:
+    the default first, with their medians there) and of this bundle's results for the group. Returns {default,
+    best (knobs), default_ms, best_ms (the median of each round), error (where a run failed: the rounds stop)};
+    with the default fastest, no rounds. The import applies the rule (measure.side_by_side_pick)."""
+    default = entry["known"][0]
+    contenders = {_key(c["knobs"]): (c["median_ms"], c["knobs"], c["artifact"]) for c in entry["known"]}
+    for item in manifest["items"]:
+        result = results.get(item["id"], {})
+        if item["workload"] == wid and result.get("latencies_ms") and not result.get("error"):
+            contenders[_key(item["knobs"])] = (float(np.median(result["latencies_ms"])), item["knobs"],
+                                               item["artifact"])
+    # on a tie the other config is timed against the default: the tuner sees it as the fastest alone
+    _, best_knobs, best_artifact = min(contenders.values(), key=lambda c: (c[0], c[1] == default["knobs"]))
+    outcome = {"default": default["knobs"], "best": best_knobs, "default_ms": [], "best_ms": []}
+    if _key(best_knobs) == _key(default["knobs"]):
+        return outcome
+    workload = manifest["workloads"][wid]
+    for _ in range(entry["rounds"]):
+        for times, artifact in ((outcome["default_ms"], default["artifact"]), (outcome["best_ms"], best_artifact)):
+            reply = measure(workload, artifact)
+            if reply.get("error"):
+                return {**outcome, "error": reply["error"]}
+            times.append(float(np.median(reply["latencies_ms"])))
+    return outcome
+
+
+def _describe_rounds(outcome) -> str:
+    if outcome.get("error"):
+        return f"stopped: {outcome['error']}"
+    if not outcome["best_ms"]:
+        return "the default is the fastest alone: nothing to time"
+    rounds = ", ".join(f"{d:.4f}/{b:.4f}" for d, b in zip(outcome["default_ms"], outcome["best_ms"]))
+    return f"default/fastest ms per round: {rounds}"
 
 
 def main(argv=None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import dataclasses
+import json
 import multiprocessing
 import os
 import tempfile
@@ -143,6 +144,27 @@ class Workload:
                       self.features_version, timing=self.timing)
 
 
+# Rounds of a group's default and fastest alone timed side by side: behind the tuning summary's speedup, and the
+# pick where no in-model step follows (side_by_side_pick).
+PAIRED_ROUNDS = 3
+
+
+def side_by_side_pick(workload: Workload, default: str, best: str, times: dict, rounds: int = PAIRED_ROUNDS) -> list:
+    """A group's pick between its default and its fastest alone (canonical knobs), from their medians in `rounds`
+    paired rounds ({canonical knobs: [ms per round]}): the fastest alone only where it was faster in every one of
+    them, else the default (so too where a round was cut short by a failure). Returns the group's records timed
+    Timing.SIDE_BY_SIDE (for db.replace_picks): the pick with its times, the one successful record; where the
+    default stays, also the fastest alone as a failure saying how it lost, so the tuner knows it was judged. A
+    round times both within seconds, so a drift of the machine's speed reaches them alike."""
+    wins = sum(b < d for b, d in zip(times[best], times[default]))
+    won = len(times[best]) == len(times[default]) == rounds and wins == rounds
+    records = [workload.record(json.loads(best if won else default), times[best if won else default], None)]
+    if not won and best != default:
+        records.append(workload.record(json.loads(best), times[best], f"lost to the default side by side: faster in "
+                                       f"{wins} of {rounds} rounds"))
+    return [dataclasses.replace(record, timing=Timing.SIDE_BY_SIDE) for record in records]
+
+
 class MeasurementDeferred(Exception):
     """Raised by a runner that measures later, elsewhere (a bundle for another machine): the batch is queued and
     its results reach the database in a later run."""
@@ -155,6 +177,7 @@ class Runner(abc.ABC):
     settings: dict
     remote_session = False  # times through a stock tvm rpc_server (TVM's own preprocessors only)
     measures_here = False  # times on this machine, where the model can be timed too (the in-model step)
+    deferred = False  # queues what it is given, measured elsewhere later (a bundle): run() raises MeasurementDeferred
 
     def timing(self, target: str, evict_private_bytes: int = 0) -> Timing:
         """How this runner times candidates for `target`: their records say it."""

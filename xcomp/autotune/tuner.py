@@ -22,17 +22,15 @@ import time
 
 import numpy as np
 from xcomp.progress import bar
-from xcomp.timing import Timing
+from xcomp.timing import PICKS, Timing
 
 from xcomp.costmodel import FEATURES_VERSION, CostModel, FeatureExtractor, pretrained_model
 from xcomp.autotune.db import TuningDB, canonical_knobs
 from xcomp.errors import UserError, describe
-from xcomp.autotune.measure import LocalBuilder, LocalRunner, MeasurementDeferred, Workload, func_params
+from xcomp.autotune.measure import (PAIRED_ROUNDS, LocalBuilder, LocalRunner, MeasurementDeferred, Workload,
+                                    func_params, side_by_side_pick)
 from xcomp.autotune import in_model
 from xcomp.autotune.search import propose
-
-# Side-by-side measurements of each group's default and best config behind the tuning summary's speedup.
-PAIRED_ROUNDS = 3
 
 
 @dataclasses.dataclass
@@ -272,7 +270,12 @@ class Tuner:
         measured again too, round after round (at most `rounds`), until the fastest record has been measured
         twice, and the tuner and `compile --db` (fastest record) agree on a confirmed config. The default is
         confirmed as well, and then measured side by side with the best for the summary's "default -> tuned"
-        (_compare_with_default). Not new trials: the budget and the curves stay as they are."""
+        (_compare_with_default). Not new trials: the budget and the curves stay as they are. A deferred runner
+        (a bundle) gets the side-by-side rounds to carry instead (_queue_side_by_side)."""
+        if getattr(self.runner, "deferred", False):  # a duck-typed runner measures when asked
+            for task in tasks:
+                self._queue_side_by_side(task)
+            return
         for task in bar(tasks, desc="confirm", unit="group", enabled=self.progress, leave=False):
             if task.waiting:
                 continue
@@ -318,15 +321,43 @@ class Tuner:
 
     def _pick_side_by_side(self, task, workload, default: str, best: str, times: dict) -> None:
         """The fastest alone replaces the default only where it was faster in every round side by side, else the
-        default stays; the pick is stored as the group's one record timed Timing.SIDE_BY_SIDE, the newest, so
-        `compile --db` builds it. A round times both within seconds, so a drift of the machine's speed reaches
-        them alike."""
-        picked = best if all(b < d for b, d in zip(times[best], times[default])) else default
-        if picked == default:
+        default stays (measure.side_by_side_pick); the pick is stored as the group's one record timed
+        Timing.SIDE_BY_SIDE, the newest, so `compile --db` builds it."""
+        records = side_by_side_pick(workload, default, best, times)
+        if canonical_knobs(records[0].knobs) == default:
             task.best_knobs, task.best_ms = json.loads(default), task.default_ms
-        record = dataclasses.replace(workload.record(json.loads(picked), times[picked], None),
-                                     timing=Timing.SIDE_BY_SIDE)
-        self.db.replace_picks(workload.target, workload.hw_fingerprint, {workload.key: [record]})
+        self.db.replace_picks(workload.target, workload.hw_fingerprint, {workload.key: records})
+
+    def _queue_side_by_side(self, task) -> None:
+        """A deferred runner (a bundle) times the default and the fastest alone side by side where it measures,
+        after the batch it carries; importing its results applies the rule of _pick_side_by_side. Queued where the
+        bundle carries a batch of the group (run.py then sets the best of the batch against the fastest alone
+        known here), or where the group's fastest alone is not the default and no pick was stored after it. The
+        summary shows what compile --db builds."""
+        default = canonical_knobs(task.template.default_knobs())
+        if not math.isfinite(task.measured.get(default, math.inf)):
+            return  # its first bundle measures the default, the numerics reference: nothing to set against it
+        target, fingerprint = self.backend.target_string, self.backend.spec.fingerprint()
+        fastest = next((knobs for knobs in task.fastest(1) if knobs != default), None)
+        judged = (self.db.latest_timing(task.group.key, target, fingerprint) in PICKS and fastest in
+                  self.db.measured_knobs(task.group.key, target, fingerprint, Timing.SIDE_BY_SIDE))
+        if task.waiting or (fastest is not None and not judged):
+            contender = None
+            if fastest is not None:
+                (build,) = self.builder.build(task.func_json, target, [json.loads(fastest)])
+                contender = (build, task.measured[fastest]) if build.artifact else None
+            self.runner.queue_side_by_side(task.reference, target, func_params(task.group.func),
+                                           self._workload(task), (default, task.measured[default]), contender)
+        outcome = ((self.runner.imported or {}).get("side_by_side") or {}).get(task.group.key)
+        if outcome:  # timed side by side in the bundle just imported
+            task.default_ms, task.best_ms = (float(np.median(outcome[k])) for k in ("default_ms", "best_ms"))
+            task.best_knobs = outcome["picked"]
+            if canonical_knobs(outcome["picked"]) == default:
+                task.best_ms = task.default_ms
+            return
+        picked = self.db.best_knobs([task.group], target, fingerprint).get(task.group.key)
+        if picked is not None and canonical_knobs(picked) in task.measured:
+            task.best_knobs, task.best_ms = picked, task.measured[canonical_knobs(picked)]
 
     def _remeasure(self, task, batch) -> bool:
         """Measure `batch` (canonical knobs) again into the database and refresh task.measured; False when the
