@@ -7,6 +7,7 @@ x[M, K] @ W[K, N] with a constant W, compiled by xcomp.compile: the group timed 
 `--trials` trials, as `xcomp tune` makes it (benchmarks/workloads.py tuner_pick: the default unless a tuned config
 beat it inside the model in every round), then `--rounds` interleaved rounds of numpy / default / tuned (the tuned
 kernel is not timed again where it is the default), reported as medians; the ratios are medians of each round's.
+A pick re-timed here more than 3% slower than the default is flagged below its row.
 
 Threads: TVM's runtime starts half of the hardware threads on x86 (it assumes hyper-threading), so this script
 sets TVM_NUM_THREADS to the usable cores when unset; numpy's BLAS uses them all by itself.
@@ -73,8 +74,9 @@ def run_problem(text: str, trials: int, rounds: int, seed: int = 0) -> dict:
     task = workloads.computing_task(model, backend, text)
     template = task.template
     default = template.default_knobs()
-    tuned = workloads.tuner_pick(model, task, backend, trials, seed)["knobs"] if trials else default
-    kept_default = tuned == default
+    pick = workloads.tuner_pick(model, task, backend, trials, seed) if trials else {
+        "knobs": default, "kept_default": True, "picked_by": None}
+    tuned, kept_default = pick["knobs"], pick["kept_default"]
     timers = {"default": Timer(template.schedule(default), backend)}
     if not kept_default:
         timers["tuned"] = Timer(template.schedule(tuned), backend)
@@ -89,7 +91,8 @@ def run_problem(text: str, trials: int, rounds: int, seed: int = 0) -> dict:
         samples["tuned"] = samples["default"]
     flops = 2.0 * m * n * k
     row = {"problem": text, "m": m, "n": n, "k": k, "template": type(template).__name__,
-           "default_knobs": default, "tuned_knobs": tuned, "kept_default": kept_default, "trials": trials,
+           "default_knobs": default, "tuned_knobs": tuned, "kept_default": kept_default,
+           "picked_by": pick["picked_by"], "trials": trials,
            "rounds": rounds}
     for name, values in samples.items():
         row[f"{name}_ms"] = float(np.median(values))
@@ -128,6 +131,9 @@ def main():
         print(f"{text:>16s} {row['numpy_gflops']:11.1f} {row['default_gflops']:13.1f} {row['tuned_gflops']:11.1f} "
               f"{row['default_vs_numpy']:6.2f}x {row['tuned_vs_numpy']:7.2f}x {row['tuned_vs_default']:8.2f}x  {knobs}",
               flush=True)
+        if row["tuned_vs_default"] < 0.97:  # the tuner judged the pick faster (in the model); here it is not
+            print(f"{'':>16s} the tuner's pick ({row['picked_by']}) re-timed {1 / row['tuned_vs_default']:.2f}x "
+                  "slower than the default here", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"spec": spec.name, "lanes": spec.simd_width, "tvm_threads": os.environ["TVM_NUM_THREADS"],

@@ -52,28 +52,37 @@ def computing_task(model, backend, name: str):
     return computing[0]
 
 
-def tuner_pick(model, task, backend, trials: int, seed: int) -> dict:
+def tuner_pick(model, task, backend, trials: int, seed: int, tuning_runner=None, builder=None) -> dict:
     """Tune `task` (model's computing group) as `xcomp tune` does: the search, its confirmation, then the in-model
     step, which keeps the default unless a tuned config beats it there in every round. Returns {knobs: what
     `compile --db` builds the group with, wall_s, measured: trials, tuner_best_ms: the search's best alone,
-    kept_default}."""
+    kept_default, picked_by}. picked_by is how the pick was judged against the default (a timing of
+    xcomp.timing.PICKS); where nothing judged it (the in-model step did not time the group), the pick is the
+    default, never a fastest alone that may lose to it. `tuning_runner` / `builder`: the Tuner's (default: this
+    benchmark's runner(), a LocalBuilder)."""
     import os
     import tempfile
 
     from xcomp.autotune import in_model
     from xcomp.autotune.tuner import Tuner
     from xcomp.autotune.db import TuningDB, canonical_knobs
+    from xcomp.timing import PICKS
 
+    default = task.template.default_knobs()
+    target, fingerprint = backend.target_string, backend.spec.fingerprint()
     with tempfile.TemporaryDirectory(prefix="xcomp-bench-tune-") as tmp, \
             TuningDB(os.path.join(tmp, "t.sqlite")) as db:
         start = time.perf_counter()
-        Tuner(backend, db, runner=runner(), seed=seed, progress=False).tune([task], trials=trials)
+        Tuner(backend, db, runner=tuning_runner or runner(), builder=builder, seed=seed,
+              progress=False).tune([task], trials=trials)
         in_model.refine(model, backend, db, [task], progress=False)
         wall_s = time.perf_counter() - start
-        knobs = db.best_knobs([task.group], backend.target_string, backend.spec.fingerprint()).get(
-            task.group.key, task.template.default_knobs())
+        picked_by = db.latest_timing(task.group.key, target, fingerprint)
+        knobs = db.best_knobs([task.group], target, fingerprint).get(task.group.key, default)
+    if picked_by not in PICKS:
+        knobs, picked_by = default, None
     return {"knobs": knobs, "wall_s": wall_s, "measured": task.trials - 1, "tuner_best_ms": task.best_ms,
-            "kept_default": canonical_knobs(knobs) == canonical_knobs(task.template.default_knobs())}
+            "kept_default": canonical_knobs(knobs) == canonical_knobs(default), "picked_by": picked_by}
 
 
 def runner():

@@ -306,9 +306,8 @@ def test_a_config_that_does_not_apply_is_a_failure_not_the_default(tmp_path, mon
     assert choice.source == "database" and choice.knobs == default
 
 
-def test_benchmark_workloads_each_tune_one_computing_group():
-    """benchmarks/learning_curve.py and vs_metaschedule.py tune these; the blocked conv layout once broke the
-    3x3 conv's (its layout transforms became groups too) without any test noticing."""
+def _benchmark_workloads():
+    """benchmarks/workloads.py, which the tuning benchmarks share."""
     import os
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
@@ -316,6 +315,13 @@ def test_benchmark_workloads_each_tune_one_computing_group():
         import workloads
     finally:
         sys.path.pop(0)
+    return workloads
+
+
+def test_benchmark_workloads_each_tune_one_computing_group():
+    """benchmarks/learning_curve.py and vs_metaschedule.py tune these; the blocked conv layout once broke the
+    3x3 conv's (its layout transforms became groups too) without any test noticing."""
+    workloads = _benchmark_workloads()
     from xcomp.backends import get_backend
 
     backend = get_backend("cpu")
@@ -640,3 +646,44 @@ def test_a_remote_runner_s_pick_beats_the_default_side_by_side_in_every_round(tm
     assert canonical_knobs(chosen) == expected
     (row,) = summary([task])
     assert row.kept_default == bool(quick_round) and canonical_knobs(row.best_knobs) == expected
+
+
+@pytest.mark.parametrize("inside", ["default fastest", "tuned fastest", "not timed"])
+def test_the_benchmarks_report_the_tuner_s_pick_never_one_that_lost_to_the_default(monkeypatch, inside):
+    """benchmarks/gemm.py and vs_metaschedule.py re-time workloads.tuner_pick's config: the in-model step's pick,
+    so the default where a tuned config lost there, and the default too where that step did not time the group
+    (never the search's fastest alone, which may lose to it). Made-up times alone and inside the model."""
+    from xcomp.autotune import in_model
+    from xcomp.autotune.db import canonical_knobs
+    from xcomp.backends import get_backend
+    from xcomp.runtime import group_times
+
+    workloads, backend, model = _benchmark_workloads(), get_backend("cpu"), _gemm_model()
+    task = workloads.computing_task(model, backend, "gemm")
+    default = canonical_knobs(task.template.default_knobs())
+    timed = {}
+
+    def made_up_inside(modules, runs):
+        times = []
+        for module in modules:
+            (group,) = [g for g in module.groups if g.key == task.group.key]
+            knobs = canonical_knobs(module.info["schedules"][group.key]["knobs"])
+            if knobs not in timed:  # the same made-up time in every round
+                timed[knobs] = 2.0 if knobs == default else 1.0 + len(timed) / 10
+                if inside == "default fastest":
+                    timed[knobs] = 1.0 if knobs == default else 3.0
+            times.append({} if inside == "not timed" else {group.name: [timed[knobs]] * runs})
+        return times
+
+    monkeypatch.setattr(group_times, "interleaved_in_model_times", made_up_inside)
+    pick = workloads.tuner_pick(model, task, backend, trials=8, seed=0, tuning_runner=_FakeRunner(),
+                                builder=_FakeBuilder())
+    fastest_alone = canonical_knobs(task.best_knobs)
+    assert fastest_alone != default and len(timed) == in_model.TOP  # the default and 3 tuned configs, inside
+    if inside == "tuned fastest":
+        expected = min((ms, knobs) for knobs, ms in timed.items())[1]
+        assert expected != default and pick["picked_by"] == Timing.IN_MODEL
+    else:
+        expected = default
+        assert pick["picked_by"] == (Timing.IN_MODEL if inside == "default fastest" else None)
+    assert canonical_knobs(pick["knobs"]) == expected and pick["kept_default"] == (expected == default)
