@@ -122,8 +122,8 @@ def test_tf32_rounding_is_round_to_nearest_ties_away():
 # -- the generated code -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stages", [1, 2])
-def test_tf32_gemm_ptx_runs_tf32_mma_in_its_main_loop_without_spills(stages, tmp_path):
+@pytest.mark.parametrize("knobs", [{}, {"stages": 2, "frags_n": 1}], ids=["default", "stages2"])
+def test_tf32_gemm_ptx_runs_tf32_mma_in_its_main_loop_without_spills(knobs, tmp_path):
     """With tf32 a float32 GEMM takes the matrix-core template: its main loop loads each fragment element from
     shared memory rounded to tf32 (the bits' mask 0xFFFFE000 is -8192 in PTX) and issues mma.sync m16n8k8 tf32, the next
     tiles arriving by cp.async with pipeline stages; ptxas -v reports no spills."""
@@ -135,12 +135,14 @@ def test_tf32_gemm_ptx_runs_tf32_mma_in_its_main_loop_without_spills(stages, tmp
     gv, func = matmul_prim_func(mod)
     template = gpu.get_template(func, backend.schedule_context())
     assert isinstance(template, gpu.MatrixCoreTemplate)
-    knobs = {**template.default_knobs(), "stages": stages}
+    knobs = {**template.default_knobs(), **knobs}
     assert template.valid(knobs) and knobs["vector"] * 4 == backend.spec.vector_bytes
     mod[gv] = template.schedule(knobs)
     ptx = emit_module(backend, mod, tmp_path)["ptx"]
     loop = _main_loop(ptx)
-    assert loop.count(TF32_MMA) == 2 * 2 * 2 * 2  # frags_m x frags_n x k_frags fragments, two m16n8k8 each
+    # frags_m x frags_n x k_frags fragments a warp, two m16n8k8 each
+    assert loop.count(TF32_MMA) == knobs["frags_m"] * knobs["frags_n"] * knobs["k_frags"] * 2
+    stages = knobs["stages"]
     assert "-8192;" in loop and re.search(r"ld\.shared\.[ub]32", loop) and "ldmatrix" not in ptx
     assert "m16n8k16" not in ptx
     if stages > 1:
@@ -167,20 +169,63 @@ def test_float32_gemm_without_tf32_keeps_plain_fp32(tmp_path):
     assert "tf32" not in ptx and "mma" not in ptx and "fma.rn" in ptx
 
 
-def test_tf32_operand_rows_are_padded_against_bank_conflicts():
-    """Element-wise fragment loads: A's rows (16 floats) pad to 20 and B's (64) to 72, where a warp's loads of one
-    register fall on 32 different banks (found from the layout); the accumulator keeps the float16 path's 72."""
+def _tf32_template(model):
+    from xcomp.frontends import load_onnx
+    from xcomp.graph.partition import partition
     from xcomp.schedules import gpu
-    from xcomp.schedules.gpu.matrix_core import _conflict_free_pitch
 
     backend = get_backend("cuda:sm_90")
     backend.tf32 = True
-    template = gpu.get_template(matmul_prim_func(fused(_gemm_relu()))[1], backend.schedule_context())
+    _, groups = partition(load_onnx(model).mod, backend.spec, [])
+    (template,) = [gpu.get_template(g.func, backend.schedule_context()) for g in groups]
+    assert isinstance(template, gpu.MatrixCoreTemplate)
+    return backend, template
+
+
+def test_tf32_operand_rows_are_padded_against_bank_conflicts():
+    """Element-wise fragment loads: A's rows pad from 32 floats to 36 (16 to 20) and B's from 64 to 72, where a
+    warp's loads of one register fall on 32 different banks (found from the layout); the accumulator keeps the
+    float16 path's 72. The default k_frags 4 makes A's rows 128 bytes, one 16-byte copy phase each."""
+    from xcomp.schedules.gpu.matrix_core import _conflict_free_pitch
+
+    _, template = _tf32_template(_gemm_onnx(1024, 1024, 1024))
     f = template.intrinsics
-    assert _conflict_free_pitch(f.layout_a, 16, 8, 16, 4) == 20
+    assert [_conflict_free_pitch(f.layout_a, 16, 8, row, 4) for row in (16, 32)] == [20, 36]
     assert _conflict_free_pitch(f.layout_b, 8, 16, 64, 4) == 72
-    # 64 x 16 A stage + 16 x 64 B stage + 64 x 64 accumulator, in float32, rows as padded
-    assert template.shared_bytes(template.default_knobs()) == (64 * 20 + 16 * 72 + 64 * 72) * 4
+    knobs = template.default_knobs()
+    assert knobs["k_frags"] == 4 and template.valid(knobs)
+    # 64 x 32 A stage + 32 x 64 B stage + 64 x 64 accumulator, in float32, rows as padded
+    assert template.shared_bytes(knobs) == (64 * 36 + 32 * 72 + 64 * 72) * 4
+
+
+@pytest.mark.parametrize("knobs", [{}, {"stages": 2, "frags_n": 1}], ids=["default", "stages2"])
+def test_tf32_shared_memory_has_no_bank_conflicts(knobs):
+    """tests/gpu_banks.py on the lowered kernel of a 1024^3 tf32 GEMM: the operand copies and the element-wise
+    fragment loads take one wavefront per phase (the accumulator's stores their floor of two, as with float16);
+    with dense rows the same loads take eight (A) and four (B)."""
+    from gpu_banks import simulate
+
+    backend, template = _tf32_template(_gemm_onnx(1024, 1024, 1024))
+    knobs = {**template.default_knobs(), **knobs}
+    assert template.valid(knobs)
+    simulation = simulate(backend.lower_device_kernels(template.schedule(knobs))[0])
+    report = "\n".join(str(site) for site in simulation.sites)
+
+    def sites(found, kind, lane_bytes):
+        return [s for s in found.sites if s.kind == kind and s.lane_bytes == lane_bytes]
+
+    copies = sites(simulation, "store" if knobs["stages"] == 1 else "cp.async", 16)
+    loads, accumulator = sites(simulation, "load", 4), sites(simulation, "store", 4)
+    assert len(copies) == len(loads) == 2 and len(accumulator) == 1, report
+    assert all(s.instructions and not s.conflicts for s in copies + loads), report
+    assert accumulator[0].wavefronts == 2 * accumulator[0].ideal, report
+    template.shared_layout = "dense"
+    try:
+        dense = simulate(backend.lower_device_kernels(template.schedule(knobs))[0])
+    finally:
+        template.shared_layout = "banks"
+    # A's 32-float rows put a load's 8 row groups on the same 4 banks, B's 64-float rows its 4 k rows on 8
+    assert [s.wavefronts / s.ideal for s in sites(dense, "load", 4)] == [8, 4]
 
 
 # -- which math a build uses -----------------------------------------------------------------------------------------

@@ -236,8 +236,17 @@ class MatrixCoreTemplate(Template):
                 "stages": [1, 2, 3, 4] if "cp.async" in self.spec.features else [1]}
 
     def default_knobs(self) -> Knobs:
-        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": 2,
+        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": self._default_k_frags(),
                 "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
+
+    def _default_k_frags(self) -> int:
+        """2; where the fragments load element by element, as many as make A's rows 128 bytes (tfloat32: 4): a
+        16-byte copy phase then stays within one row, so the padding that spreads the loads over the banks leaves
+        the copies clean too (rows of 64 bytes pay a second wavefront per copy at any pitch)."""
+        f = self.intrinsics
+        if f.bank_layouts and not self.ldmatrix:
+            return max(1, _BANKS * _BANK_BYTES // (f.k * self.operand_bytes))
+        return 2
 
     def _widest_vector(self) -> int:
         """Operand elements in the widest copy a thread makes into shared memory (8 float16, 4 float32)."""
