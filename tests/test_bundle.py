@@ -238,12 +238,15 @@ def test_a_bundle_s_pick_beats_the_default_side_by_side_in_every_round(tmp_path,
     if outcome == "lost":
         assert side_by_side[fastest].error == "lost to the default side by side: faster in 2 of 3 rounds"
     assert row["kept_default"] == (outcome != "won") and canonical_knobs(row["best_knobs"]) == expected
-    if outcome == "won":
-        assert runner.imported["side_by_side"][row["key"]]["picked"] == json.loads(expected)
-    # the next bundle sets its batch against the fastest alone known here, carried beside the default
     with TuningDB(db) as d:
         alone = {canonical_knobs(r.knobs): r.median_ms for r in d.records() if r.ok and r.timing not in PICKS}
     fastest_here = min(alone, key=alone.get)
+    why = {"won": "", "lost": "the fastest alone lost to it side by side: faster in 2 of 3 rounds",
+           "not timed": "the side-by-side rounds against the fastest alone did not run yet"}[outcome]
+    assert row["why"] == ("no tuned config was faster alone" if why and fastest_here == default else why)
+    if outcome == "won":
+        assert runner.imported["side_by_side"][row["key"]]["picked"] == json.loads(expected)
+    # the next bundle sets its batch against the fastest alone known here, carried beside the default
     (entry,) = json.loads((folder / "manifest.json").read_text())["side_by_side"].values()
     assert [canonical_knobs(k["knobs"]) for k in entry["known"]] == [default] + (
         [fastest_here] if fastest_here != default else [])

@@ -400,6 +400,7 @@ def test_a_config_fastest_alone_that_loses_to_the_default_inside_the_model_is_no
     (summary_row,) = rows = summary([task])
     set_in_model_picks(rows, result)
     assert summary_row.kept_default and summary_row.timed == "in-model"
+    assert summary_row.why == "no tuned config beat it inside the model in every round (the best in 0 of 4)"
     assert summary_row.best_knobs == default and summary_row.speedup == 1.0
 
 
@@ -646,6 +647,7 @@ def test_a_remote_runner_s_pick_beats_the_default_side_by_side_in_every_round(tm
     assert canonical_knobs(chosen) == expected
     (row,) = summary([task])
     assert row.kept_default == bool(quick_round) and canonical_knobs(row.best_knobs) == expected
+    assert row.why == ("the fastest alone lost to it side by side: faster in 2 of 3 rounds" if quick_round else "")
 
 
 @pytest.mark.parametrize("inside", ["default fastest", "tuned fastest", "not timed"])
@@ -687,3 +689,26 @@ def test_the_benchmarks_report_the_tuner_s_pick_never_one_that_lost_to_the_defau
         expected = default
         assert pick["picked_by"] == (Timing.IN_MODEL if inside == "default fastest" else None)
     assert canonical_knobs(pick["knobs"]) == expected and pick["kept_default"] == (expected == default)
+
+
+def test_the_tune_summary_says_why_each_group_keeps_its_default(tmp_path, monkeypatch, capsys):
+    """xcomp tune prints, under its table, each group that keeps its default and why (GroupSummary.why)."""
+    from xcomp.cli import main
+
+    def group(name, kept, why=""):
+        return {"group": name, "kind": "matmul", "key": name, "count": 1, "trials": 8, "default_ms": 1.0,
+                "best_ms": 1.0 if kept else 0.5, "best_knobs": {}, "waiting": False, "timed": "alone",
+                "kept_default": kept, "why": why, "speedup": 1.0 if kept else 2.0}
+
+    result = {"target": "cpu", "db": "t.sqlite", "trials": 16, "history": [], "untuned_symbolic": [],
+              "model_default_ms": 2.0, "model_tuned_ms": 1.5, "in_model": None,
+              "groups": [group("kept_one", True, "the fastest alone lost to it side by side: faster in 2 of 3 rounds"),
+                         group("tuned_one", False)]}
+    monkeypatch.setattr(xcomp, "tune", lambda *args, **kwargs: result)
+    path = tmp_path / "m.onnx"
+    onnx.save(_gemm_model(), path)
+    assert main(["tune", str(path), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "Keep their default (compile --db builds it):\n  kept_one: the fastest alone lost to it side by side: " \
+           "faster in 2 of 3 rounds\n" in out
+    assert "  tuned_one:" not in out

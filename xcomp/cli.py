@@ -363,6 +363,11 @@ def cmd_tune(args):
              "default" if g["kept_default"] else "tuned" if g["best_knobs"] is not None else "-")
             for g in result["groups"]]
     print(_table(rows, ["group", "kind", "count", "trials", "default ms", "tuned ms", "speedup", "timed", "uses"]))
+    kept = [g for g in result["groups"] if g["kept_default"]]
+    if kept:
+        print("\nKeep their default (compile --db builds it):")
+        for g in kept:
+            print(f"  {g['group'][:40]}: {g['why']}")
     print(f"\n{result['trials']} trials; sum over groups (ms x count): default {result['model_default_ms']:.3f} ms"
           f" -> tuned {result['model_tuned_ms']:.3f} ms. Records in {result['db']}; "
           f"use them with: xcomp compile {args.model} --db {result['db']}")

@@ -77,7 +77,8 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
            input_shapes=None, input_values=None, progress: bool = True) -> dict | None:
     """Time each task's default and `top` - 1 fastest other configs inside the model, pick one per group (choose)
     and store the pick's times (db.replace_picks); returns {ranks, rounds, runs, groups: [{group, key, count,
-    default, picked, fastest_alone, in_model_ms: {knobs: median}}], model_default_ms, model_fastest_alone_ms,
+    default, picked, fastest_alone, in_model_ms: {knobs: median}, rounds_won: {knobs: rounds faster than the
+    default}}], model_default_ms, model_fastest_alone_ms,
     model_picked_ms} (sums over the refined groups of median x count; fastest_alone is the fastest alone of the
     configs other than the default), or None where no group has a tuned config to set against its default."""
     from xcomp.costmodel import FEATURES_VERSION
@@ -107,7 +108,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
                               features_version=FEATURES_VERSION, timing=Timing.IN_MODEL)]
         rows.append({"group": task.group.name, "key": key, "count": task.count, "default": json.loads(default),
                      "picked": json.loads(picked), "fastest_alone": json.loads(fastest_alone),
-                     "in_model_ms": medians})
+                     "in_model_ms": medians, "rounds_won": rounds_won(times[key], default)})
         for total, knobs in (("model_default_ms", default), ("model_fastest_alone_ms", fastest_alone),
                              ("model_picked_ms", picked)):
             totals[total] += medians[knobs] * task.count
@@ -121,11 +122,17 @@ def choose(by_round: dict, default: str) -> str:
     faster than its default in every round, the one with the lowest median, else the default. A round times
     every build within seconds, so a drift of the machine's speed shifts the configs alike in it; a config that
     wins only overall may have won on the drift (docs/decisions/in-model-step.md)."""
-    reference = [np.median(calls) for calls in by_round[default]]
-    winners = {knobs: float(np.median(np.concatenate(rounds))) for knobs, rounds in by_round.items()
-               if knobs != default and all(rounds)
-               and all(np.median(calls) < ref for calls, ref in zip(rounds, reference))}
+    winners = {knobs: float(np.median(np.concatenate(by_round[knobs])))
+               for knobs, wins in rounds_won(by_round, default).items() if wins == len(by_round[default])}
     return min(winners, key=winners.get) if winners else default
+
+
+def rounds_won(by_round: dict, default: str) -> dict:
+    """{canonical knobs: the rounds in which its median per call was below the default's} for every config of
+    {canonical knobs: [[ms per call] per round]} but the default; a round without calls wins nothing."""
+    reference = [np.median(calls) for calls in by_round[default]]
+    return {knobs: sum(bool(len(calls)) and bool(np.median(calls) < ref) for calls, ref in zip(rounds, reference))
+            for knobs, rounds in by_round.items() if knobs != default}
 
 
 def kept_default(result: dict) -> list:
@@ -140,4 +147,4 @@ def changed(result: dict) -> list:
                                                       canonical_knobs(row["default"]))]
 
 
-__all__ = ["refine", "time_configs_in_model", "candidates", "choose", "kept_default", "changed", "TOP"]
+__all__ = ["refine", "time_configs_in_model", "candidates", "choose", "rounds_won", "kept_default", "changed", "TOP"]

@@ -47,6 +47,7 @@ class Task:
     exhausted: bool = False
     waiting: bool = False  # its last batch went to a deferred runner: results come in a later run
     measured: dict = dataclasses.field(default_factory=dict)  # canonical knobs -> median ms (inf: failed)
+    kept_why: str = ""  # why the side-by-side rounds kept the default (where they made the pick)
     curve: list = dataclasses.field(default_factory=list)  # best ms after each trial of this run
 
     def fastest(self, count: int) -> list:
@@ -112,6 +113,15 @@ def weights_stay_cached(tasks, spec) -> bool:
     total = sum(task.count * sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
                                  for shape, dtype in func_params(task.group.func)[1:-1]) for task in tasks)
     return bool(last_level) and total <= last_level
+
+
+def _side_by_side_why(records) -> str:
+    """Why a group's side-by-side records (measure.side_by_side_pick's; the default its pick) keep the default,
+    where a tuned config was faster alone: how the loser lost, or that the rounds have not run yet."""
+    lost = [r.error for r in records if r.error]
+    if lost:
+        return lost[0].replace("lost to the default side by side", "the fastest alone lost to it side by side")
+    return "the side-by-side rounds against the fastest alone did not run yet" if records else ""
 
 
 class Tuner:
@@ -326,6 +336,7 @@ class Tuner:
         records = side_by_side_pick(workload, default, best, times)
         if canonical_knobs(records[0].knobs) == default:
             task.best_knobs, task.best_ms = json.loads(default), task.default_ms
+            task.kept_why = _side_by_side_why(records) if best != default else ""
         self.db.replace_picks(workload.target, workload.hw_fingerprint, {workload.key: records})
 
     def _queue_side_by_side(self, task) -> None:
@@ -352,12 +363,15 @@ class Tuner:
         if outcome:  # timed side by side in the bundle just imported
             task.default_ms, task.best_ms = (float(np.median(outcome[k])) for k in ("default_ms", "best_ms"))
             task.best_knobs = outcome["picked"]
-            if canonical_knobs(outcome["picked"]) == default:
-                task.best_ms = task.default_ms
-            return
-        picked = self.db.best_knobs([task.group], target, fingerprint).get(task.group.key)
-        if picked is not None and canonical_knobs(picked) in task.measured:
-            task.best_knobs, task.best_ms = picked, task.measured[canonical_knobs(picked)]
+        else:
+            picked = self.db.best_knobs([task.group], target, fingerprint).get(task.group.key)
+            if picked is not None and canonical_knobs(picked) in task.measured:
+                task.best_knobs, task.best_ms = picked, task.measured[canonical_knobs(picked)]
+        if task.best_knobs is not None and canonical_knobs(task.best_knobs) == default:
+            task.best_ms = task.default_ms
+            if task.fastest(1) != [default]:
+                task.kept_why = _side_by_side_why(self.db.records(task.group.key, target, fingerprint,
+                                                                  Timing.SIDE_BY_SIDE))
 
     def _remeasure(self, task, batch) -> bool:
         """Measure `batch` (canonical knobs) again into the database and refresh task.measured; False when the
@@ -426,6 +440,7 @@ class GroupSummary:
     waiting: bool  # its last batch went to a deferred runner
     timed: str = "alone"  # where the two were timed side by side: "alone" (Tuner.confirm) or "in-model"
     kept_default: bool = False  # the default stays: no tuned config beat it
+    why: str = ""  # where the default stays, why
 
     @property
     def speedup(self) -> float | None:
@@ -440,9 +455,10 @@ def summary(tasks) -> list:
     rows = []
     for t in tasks:
         default = canonical_knobs(t.template.default_knobs())
+        kept = t.best_knobs is not None and canonical_knobs(t.best_knobs) == default
         rows.append(GroupSummary(
             t.group.name, t.group.kind, t.group.key, t.count, t.trials, t.default_ms, t.best_ms, t.best_knobs,
-            t.waiting, kept_default=t.best_knobs is not None and canonical_knobs(t.best_knobs) == default))
+            t.waiting, kept_default=kept, why=(t.kept_why or "no tuned config was faster alone") if kept else ""))
     return rows
 
 
@@ -457,6 +473,9 @@ def set_in_model_picks(rows, refined: dict) -> None:
         default, picked = canonical_knobs(pick["default"]), canonical_knobs(pick["picked"])
         row.default_ms, row.best_ms = pick["in_model_ms"][default], pick["in_model_ms"][picked]
         row.best_knobs, row.timed, row.kept_default = pick["picked"], "in-model", picked == default
+        won = max(pick["rounds_won"].values(), default=0)
+        row.why = (f"no tuned config beat it inside the model in every round (the best in {won} of "
+                   f"{refined['rounds']})" if row.kept_default else "")
 
 
 def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
