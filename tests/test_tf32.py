@@ -9,39 +9,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from test_cross_compile import _cuda_backend, _main_loop, emit_module, fused, matmul_prim_func
+from test_cross_compile import (_cuda_backend, _main_loop, _matmul_relu, assert_no_spills, emit_module, fused,
+                                matmul_prim_func)
+from test_gpu_suite import _benchmark
 from xcomp.backends import get_backend
 
 TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 
 
-def _gemm_relu(m=128, k=256, n=256):
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((m, k), "float32"))
-    w = relax.Var("w", relax.TensorType((k, n), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.relu(relax.op.matmul(x, w)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def _gemm_onnx(m, n, k):
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm_f32",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]),
-                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [k, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    """x[m, k] @ w[k, n] in float32, both inputs: benchmarks/gpu_suite.py's GEMM model."""
+    return _benchmark("gpu_suite").gemm_model(m, n, k, "float32")
 
 
 def _conv_onnx():
@@ -131,7 +113,7 @@ def test_tf32_gemm_ptx_runs_tf32_mma_in_its_main_loop_without_spills(knobs, tmp_
 
     backend = _cuda_backend("sm_90")
     backend.tf32 = True
-    mod = fused(_gemm_relu())
+    mod = fused(_matmul_relu("float32"))
     gv, func = matmul_prim_func(mod)
     template = gpu.get_template(func, backend.schedule_context())
     assert isinstance(template, gpu.MatrixCoreTemplate)
@@ -149,19 +131,14 @@ def test_tf32_gemm_ptx_runs_tf32_mma_in_its_main_loop_without_spills(knobs, tmp_
         assert "cp.async.cg.shared.global" in loop and f"cp.async.wait_group {stages - 1};" in loop
     else:
         assert "cp.async" not in ptx
-    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if os.path.exists(ptxas):
-        (tmp_path / "k.ptx").write_text(ptx)
-        report = subprocess.run([ptxas, "-v", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", os.devnull],
-                                capture_output=True, text=True).stderr
-        assert "0 bytes spill stores, 0 bytes spill loads" in report and "spill stores" in report, report
+    assert_no_spills(ptx, tmp_path)
 
 
 def test_float32_gemm_without_tf32_keeps_plain_fp32(tmp_path):
     from xcomp.schedules import gpu
 
     backend = _cuda_backend("sm_90")
-    mod = fused(_gemm_relu())
+    mod = fused(_matmul_relu("float32"))
     gv, func = matmul_prim_func(mod)
     assert isinstance(gpu.get_template(func, backend.schedule_context()), gpu.DlightTemplate)
     mod[gv] = gpu.get_template(func, backend.schedule_context()).schedule(None)
