@@ -712,3 +712,55 @@ def test_the_tune_summary_says_why_each_group_keeps_its_default(tmp_path, monkey
     assert "Keep their default (compile --db builds it):\n  kept_one: the fastest alone lost to it side by side: " \
            "faster in 2 of 3 rounds\n" in out
     assert "  tuned_one:" not in out
+
+
+class _DeferredRunner(_FakeRunner):
+    """A bundle runner's part the tuner sees: nothing measured now, side-by-side rounds queued (recorded here)."""
+
+    deferred, measures_here, imported = True, False, None
+
+    def __init__(self):
+        self.queued = []
+
+    def queue_side_by_side(self, reference, target, params, workload, default, contender):
+        self.queued.append((default[0], canonical_knobs(contender[0].knobs) if contender else None))
+
+
+def test_a_bundle_carries_side_by_side_rounds_until_they_judged_the_fastest_alone(tmp_path):
+    """With a deferred runner, a group with no batch in the bundle still gets the rounds of its default against
+    its fastest alone, until rounds stored a pick after that config's record (won, or lost): then none, so a
+    bundle of an exhausted group empties and the round trips end."""
+    from xcomp.autotune.measure import side_by_side_pick
+    from xcomp.autotune.tuner import Tuner, model_tasks, summary
+    from xcomp.backends import get_backend
+
+    backend, path = get_backend("cpu"), tmp_path / "t.sqlite"
+    with TuningDB(path) as db:
+        Tuner(backend, db, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False, guided=False).tune(
+            model_tasks(_gemm_model(), backend, None)[0], trials=8)
+
+    def queued():
+        runner = _DeferredRunner()
+        with TuningDB(path) as db:
+            tuner = Tuner(backend, db, runner=runner, builder=_FakeBuilder(), progress=False, guided=False)
+            (task,) = model_tasks(_gemm_model(), backend, None)[0]
+            tuner.start([task])
+            tuner.confirm([task])  # no batch this time: as for a group whose knob space is exhausted
+        return task, runner.queued
+
+    task, first = queued()
+    default = canonical_knobs(task.template.default_knobs())
+    fastest = next(k for k in task.fastest(2) if k != default)
+    assert first == [(default, fastest)]
+    for best_ms in ([1.0, 3.0, 1.0], [1.0, 1.0, 1.0]):  # lost one round, then won every round
+        with TuningDB(path) as db:
+            workload = Tuner(backend, db, runner=_FakeRunner(), builder=_FakeBuilder(), progress=False,
+                             guided=False)._workload(task)
+            db.replace_picks(workload.target, workload.hw_fingerprint, {workload.key: side_by_side_pick(
+                workload, default, fastest, {default: [2.0] * 3, fastest: best_ms})})
+        task, again = queued()
+        assert again == []
+        (row,) = summary([task])
+        lost = best_ms[1] == 3.0
+        assert row.kept_default == lost and canonical_knobs(row.best_knobs) == (default if lost else fastest)
+        assert row.why == ("the fastest alone lost to it side by side: faster in 2 of 3 rounds" if lost else "")
