@@ -6,12 +6,15 @@ hundreds of rows: attention's KV concat, its K transpose, the padded copies of i
 marked while scheduling (`parallelize`): the loop is made parallel and annotated with the least number of
 elements that repays a parallel launch. `insert` (a template's finish step) turns each marked loop into
 `if <its nest's elements> >= least: <the loop, parallel> else: <the same loop, serial>`, so a decode step's lone
-new row and a tiny prompt keep running serial while a long cache is shared among the cores.
+new row and a tiny prompt keep running serial while a long cache is shared among the cores
+(docs/decisions/kv-cache-decoding.md).
 """
 
 from __future__ import annotations
 
 import math
+
+from . import nest
 
 # on a parallel loop: the least elements (of its whole nest) to run it in parallel; an int, since a schedule's
 # annotation cannot hold an expression of the func's size vars
@@ -41,7 +44,7 @@ def insert(func):
     unchanged when it has none."""
     import tvm
 
-    body = _rebuild(func.body)
+    body = nest.rebuild(func.body, _guarded)
     if body.same_as(func.body):
         return func
     # both copies define the loop's variables and block iterators: SSA form gives each copy its own
@@ -49,33 +52,17 @@ def insert(func):
     return ssa(tvm.IRModule({"main": func.with_body(body)}))["main"]
 
 
-def _rebuild(stmt):
-    from tvm.s_tir.stmt import SBlock, SBlockRealize
-    from tvm.tirx import For, ForKind, IfThenElse, SeqStmt
+def _guarded(loop, body, path):  # noqa: ARG001 (nest.rebuild's callback)
+    from tvm.tirx import For, ForKind, IfThenElse
 
-    if isinstance(stmt, For):
-        least = stmt.annotations.get(GUARD) if stmt.annotations else None
-        if least is None:
-            body = _rebuild(stmt.body)
-            return stmt if body.same_as(stmt.body) else For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                                                             stmt.thread_binding, stmt.annotations)
-        keep = {k: v for k, v in stmt.annotations.items() if k != GUARD}
-        parallel = For(stmt.loop_var, stmt.min, stmt.extent, ForKind.PARALLEL, stmt.body, stmt.thread_binding, keep)
-        serial = For(stmt.loop_var, stmt.min, stmt.extent, ForKind.SERIAL, stmt.body, None, keep)
-        elements = stmt.extent * _nest_elements(stmt.body)
-        return IfThenElse(elements >= int(least), parallel, serial)
-    if isinstance(stmt, SeqStmt):
-        seq = [_rebuild(s) for s in stmt.seq]
-        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else SeqStmt(seq)
-    if isinstance(stmt, SBlockRealize):
-        block = stmt.block
-        body = _rebuild(block.body)
-        if body.same_as(block.body):
-            return stmt
-        block = SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
-                       block.alloc_buffers, block.match_buffers, block.annotations)
-        return SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    return stmt
+    least = loop.annotations.get(GUARD) if loop.annotations else None
+    if least is None:
+        return loop if body.same_as(loop.body) else For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                                                         loop.thread_binding, loop.annotations)
+    keep = {k: v for k, v in loop.annotations.items() if k != GUARD}
+    parallel = For(loop.loop_var, loop.min, loop.extent, ForKind.PARALLEL, body, loop.thread_binding, keep)
+    serial = For(loop.loop_var, loop.min, loop.extent, ForKind.SERIAL, body, None, keep)
+    return IfThenElse(loop.extent * _nest_elements(body) >= int(least), parallel, serial)
 
 
 def _nest_elements(stmt):

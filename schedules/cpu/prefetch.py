@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from . import nest
+
 TILE_ROWS = "xcomp.prefetch_tile_rows"  # the loop over (channel tile, row) pairs: tile-major, `rows` per tile
 STEP = "xcomp.prefetch_next_tile"  # the loop whose every iteration prefetches a few lines
 LINE_BYTES = 64
@@ -60,8 +62,23 @@ def insert(func, emit=None):
     """`func` with its marks turned into prefetches; unchanged when it has none. emit(lines, index) -> Stmt makes
     each prefetch of element `index` of `lines` (the weight viewed flat); by default the prefetch instruction
     (a test makes it record what would be prefetched)."""
+    from tvm.tirx import For, SeqStmt
+
     params = {getattr(p, "name", None): p for p in func.params}
-    body = _rebuild(func.body, [], params, emit or _prefetch_instruction)
+    emit = emit or _prefetch_instruction
+
+    def on_loop(loop, body, path):
+        plan = loop.annotations.get(STEP) if loop.annotations else None
+        if plan is not None:
+            prefetch = _prefetch([*path, loop], plan, params, emit)
+            if prefetch is not None:
+                body = SeqStmt([*prefetch, body])
+        keep = {k: v for k, v in (loop.annotations or {}).items() if k not in (TILE_ROWS, STEP)}
+        if body.same_as(loop.body) and len(keep) == len(loop.annotations or {}):
+            return loop
+        return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
+
+    body = nest.rebuild(func.body, on_loop)
     return func if body.same_as(func.body) else func.with_body(body)
 
 
@@ -70,36 +87,6 @@ def _prefetch_instruction(lines, index):
 
     address = tirx.address_of(tirx.BufferLoad(lines, [index]))
     return tirx.Evaluate(tirx.call_intrin("", "tirx.prefetch", address, 0, L2_HINT, 1))
-
-
-def _rebuild(stmt, path, params, emit):
-    """Rebuild the nest down to every marked loop (path: the For loops around `stmt`, outermost first)."""
-    from tvm.s_tir.stmt import SBlock, SBlockRealize
-    from tvm.tirx import For, SeqStmt
-
-    if isinstance(stmt, For):
-        body = _rebuild(stmt.body, path + [stmt], params, emit)
-        plan = stmt.annotations.get(STEP) if stmt.annotations else None
-        if plan is not None:
-            prefetch = _prefetch(path + [stmt], plan, params, emit)
-            if prefetch is not None:
-                body = SeqStmt([*prefetch, body])
-        keep = {k: v for k, v in (stmt.annotations or {}).items() if k not in (TILE_ROWS, STEP)}
-        if body.same_as(stmt.body) and len(keep) == len(stmt.annotations or {}):
-            return stmt
-        return For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, keep)
-    if isinstance(stmt, SeqStmt):
-        seq = [_rebuild(s, path, params, emit) for s in stmt.seq]
-        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else SeqStmt(seq)
-    if isinstance(stmt, SBlockRealize):
-        block = stmt.block
-        body = _rebuild(block.body, path, params, emit)
-        if body.same_as(block.body):
-            return stmt
-        block = SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
-                       block.alloc_buffers, block.match_buffers, block.annotations)
-        return SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    return stmt
 
 
 def _prefetch(path, plan, params, emit):
