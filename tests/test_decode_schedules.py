@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import xcomp
 from conftest import assert_matches_ort, make_model
@@ -54,6 +54,7 @@ def test_kv_concat_runs_parallel_over_heads_when_the_cache_is_long(backend):
     """The KV concat [1, heads, past, d] + [1, heads, seq, d]: least_iterations counts its symbolic length as 1,
     which left it serial; guarded, it runs over the heads in parallel once the cache holds enough elements, and
     serial for a short one (both paths checked against onnxruntime)."""
+    from tvm import s_tir
     from tvm.tirx import ForKind
 
     node = helper.make_node("Concat", ["past", "new"], ["present"], axis=2)
@@ -69,3 +70,26 @@ def test_kv_concat_runs_parallel_over_heads_when_the_cache_is_long(backend):
     assert parallel.kind == ForKind.PARALLEL and int(parallel.extent) == HEADS  # the symbolic length inside
     assert serial.kind == ForKind.SERIAL
     assert "T.vectorized" in func.script()
+    s_tir.Schedule(func)  # well-formed, each copy with its own variables: the cost model reads it so
+
+
+def test_vocabulary_projection_streams_six_panels_per_tile(backend):
+    """A GEMV over a vocabulary (N = 25949 here, 50257 in GPT-2: no vector divides it): its packed panels are
+    padded to a multiple of 24, so the register tile may take six panels (six weight streams per core) where
+    the 1622 panels' own divisors allowed two. Checked against onnxruntime for a decode step and a prompt."""
+    from xcomp.graph.partition import unique_groups
+    from xcomp.schedules.cpu.legalize import pack_matmul_weight
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    assert pack_matmul_weight(np.ones((2, 25949), np.float32), 16).shape == (1632, 2, 16)
+    assert pack_matmul_weight(np.ones((2, 1001), np.float32), 16).shape == (63, 2, 16)  # 9 more: too many
+    k, n = 64, 25949
+    weight = np.random.default_rng(0).uniform(-1, 1, (k, n)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [_value("x", ("seq", k))],
+                       [_value("y", ("seq", n))], [numpy_helper.from_array(weight, "w")])
+    module = xcomp.compile(model)
+    for seq in (1, 5):
+        assert_matches_ort(module, model, _inputs(x=(seq, k)), rtol=RTOL, atol=ATOL)
+    (group,) = [rep for rep, _ in unique_groups(module.groups).values() if rep.kind == "matmul"]
+    knobs = MatmulTemplate(group.func, backend.schedule_context()).default_knobs()
+    assert (knobs["mr"], knobs["nr"]) == (4, 6), knobs

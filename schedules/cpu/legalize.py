@@ -22,6 +22,13 @@ from .vector_math import tvm_legalization
 # (docs/decisions/symbolic-shapes.md).
 SYMBOLIC_ROW_BLOCK = 4
 
+# A packed weight's column panels are padded to a multiple of this many when that adds at most 1/PANEL_WASTE of
+# them, so that the register tiles of 1, 2, 3, 4, 6 and 8 vectors all divide them: 50257 columns make
+# 3142 panels, whose only divisors 1 and 2 left a GEMV with two weight streams per core, at half the bandwidth of
+# those with six (docs/decisions/kv-cache-decoding.md).
+PANEL_GROUP = 24
+PANEL_WASTE = 64
+
 
 def constant_f32(expr):
     """The numpy value of a float32 relax constant, else None."""
@@ -62,9 +69,12 @@ def pack_conv_weight(weight: np.ndarray, block: int) -> np.ndarray:
 
 
 def pack_matmul_weight(weight: np.ndarray, block: int) -> np.ndarray:
-    """[K, N] -> [ceil(N/block), K, block]: each column panel one contiguous stream; columns past N are zero."""
+    """[K, N] -> [panels, K, block]: each column panel one contiguous stream; columns past N are zero. The
+    panels are ceil(N/block), rounded up to a multiple of PANEL_GROUP where that adds few (see there)."""
     k, n = weight.shape
-    padded = -(-n // block) * block
+    panels = -(-n // block)
+    grouped = -(-panels // PANEL_GROUP) * PANEL_GROUP
+    padded = (grouped if (grouped - panels) * PANEL_WASTE <= panels else panels) * block
     if padded != n:
         weight = np.pad(weight, ((0, 0), (0, padded - n)))
     return np.ascontiguousarray(weight.reshape(k, padded // block, block).transpose(1, 0, 2))
