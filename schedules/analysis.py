@@ -23,6 +23,9 @@ KINDS = ("conv", "matmul", "reduction", "pool", "injective", "opaque")
 WINOGRAD, FLOPS, ROLE = "xcomp.winograd", "xcomp.flops", "xcomp.role"
 # a depthwise conv's input copied into channel vectors (cpu/legalize.py's packed_depthwise_conv2d)
 DEPTHWISE_INPUT = "depthwise_input"
+# a row reduced into vector-lane partials (cpu/vector_math.py's softmax): its reads mix the lane and the reduced
+# index as a pooling window's do, but it is a plain reduction
+ROW_PARTIALS = "row_partials"
 
 
 @dataclasses.dataclass
@@ -185,6 +188,8 @@ def classify_blocks(infos) -> str:
     main = main_reduction(infos)
     if main is None:
         return "injective"
+    if main.block.annotations.get(ROLE) == ROW_PARTIALS:
+        return "reduction"
     if mac_operands(main.block) is not None:
         return "conv" if len(main.reduce_axes) >= 2 and has_sliding_window(main.block) else "matmul"
     return "pool" if has_sliding_window(main.block) else "reduction"
@@ -214,6 +219,6 @@ def symbolic_vars(func) -> list:
     return sorted(names)
 
 
-__all__ = ["KINDS", "WINOGRAD", "FLOPS", "ROLE", "DEPTHWISE_INPUT", "BlockInfo", "root_blocks", "mac_operands",
-           "has_sliding_window", "branches_along", "main_reduction", "with_role", "is_winograd", "classify_blocks",
-           "classify", "symbolic_vars"]
+__all__ = ["KINDS", "WINOGRAD", "FLOPS", "ROLE", "DEPTHWISE_INPUT", "ROW_PARTIALS", "BlockInfo", "root_blocks",
+           "mac_operands", "has_sliding_window", "branches_along", "main_reduction", "with_role", "is_winograd",
+           "classify_blocks", "classify", "symbolic_vars"]

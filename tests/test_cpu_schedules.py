@@ -173,7 +173,9 @@ def test_symbolic_rows_with_any_n(n, backend):
 
 def test_symbolic_columns_padded_to_whole_tiles_copy_in_vectors(backend):
     """Attention's scores over a KV cache (N = past + 1, symbolic): the operand copy padded to whole tiles has a
-    symbolic length that is a multiple of the vector by construction, so it is copied in vectors too."""
+    symbolic length. Its rows stay a loop of their own inside the parallel ones, which LLVM vectorizes; fused
+    with them, each element would compute its row by a division and run alone. (TVM's vectorizer runs a padding
+    copy's lanes one at a time: its condition differs per lane.)"""
     from tvm import s_tir, tirx
 
     from xcomp.pipeline import schedule_group
@@ -192,7 +194,10 @@ def test_symbolic_columns_padded_to_whole_tiles_copy_in_vectors(backend):
               and sch.get(b).name_hint.startswith(group.func.params[1].name)]
     assert copies  # a parallel and a serial one, chosen at run time by the length (schedules/cpu/guard.py)
     for copy in copies:
-        assert sch.get(sch.get_loops(copy)[-1]).kind == tirx.ForKind.VECTORIZED
+        *rows, columns = (sch.get(loop) for loop in sch.get_loops(copy))
+        assert rows and columns.kind == tirx.ForKind.SERIAL
+        assert "n" in {v.name for v in tirx.analysis.undefined_vars(columns.extent)}
+        assert all(hasattr(row.extent, "value") for row in rows)  # the length is in no fused row loop
 
 
 def test_batch_matmul_nn_and_nt(backend):
@@ -756,3 +761,46 @@ def test_a_reduction_along_the_contiguous_axis_sums_in_vector_lanes(op, backend)
     (group,) = _groups(module, "reduction")
     scheduled = schedule_group(group, backend.schedule_context(), None)[0].script()
     assert "_rf" in scheduled and "T.vectorized" in scheduled and "T.parallel" in scheduled
+
+
+@pytest.mark.parametrize("length", [197, "n"])
+def test_softmax_rows_of_any_length_reduce_in_vector_lanes(length, backend):
+    """A softmax row of no whole number of vectors (ViT's 197 tokens, a symbolic length): its maximum and sum
+    are taken in 16 lane partials plus the row's tail, so the partials vectorize; one reduction over the row ran
+    element by element (whisper's 1500-token softmax: 0.2 GFLOP/s)."""
+    from tvm import s_tir, tirx
+
+    from xcomp.pipeline import schedule_group
+    from xcomp.schedules.analysis import ROLE, ROW_PARTIALS
+
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_value("x", (6, length))],
+                       [_value("y", (6, length))], opset=17)
+    module = xcomp.compile(model)
+    for n in ((197,) if length == 197 else (1, 16, 37)):
+        assert_matches_ort(module, model, _inputs(x=(6, n)), rtol=RTOL, atol=ATOL)
+    (group,) = _groups(module, "reduction")
+    sch = s_tir.Schedule(schedule_group(group, backend.schedule_context(), None)[0])
+    partials = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                if sch.get(b).annotations.get(ROLE) == ROW_PARTIALS]
+    names = {sch.get(b).name_hint for b in partials}
+    assert any("max" in n for n in names) and any("sum" in n for n in names)
+    for block in partials:
+        assert sch.get(sch.get_loops(block)[-1]).kind == tirx.ForKind.VECTORIZED
+
+
+def test_a_row_of_no_whole_number_of_vectors_stays_a_loop_inside_the_parallel_rows(backend):
+    """An element-wise group over rows of 197: the rows run in parallel and each row is a plain loop that LLVM
+    vectorizes; fused into one parallel loop, every element computed its row by a division."""
+    from tvm import s_tir, tirx
+
+    from xcomp.pipeline import schedule_group
+
+    model = make_model([helper.make_node("Sigmoid", ["x"], ["y"])], [_value("x", (64, 197))],
+                       [_value("y", (64, 197))], opset=17)
+    module = _compile_and_check(model, _inputs(x=(64, 197)))
+    (group,) = _groups(module, "injective")
+    sch = s_tir.Schedule(schedule_group(group, backend.schedule_context(), None)[0])
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    rows, row = (sch.get(loop) for loop in sch.get_loops(block))
+    assert rows.kind == tirx.ForKind.PARALLEL and int(rows.extent) == 64
+    assert row.kind == tirx.ForKind.SERIAL and int(row.extent) == 197

@@ -138,7 +138,8 @@ GENERIC_SPACE = {"vector": [0, 1, 2], "parallel": [True, False]}  # vector: 0 of
 
 
 def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> None:
-    """Parallel fused outer loops and a vectorized split of the innermost loop when it divides evenly."""
+    """Parallel fused outer loops and a vectorized split of the innermost loop when it divides evenly; otherwise
+    the innermost loop stays whole inside the parallel ones where those give every core work."""
     loops = sch.get_loops(rv)
     if not loops:
         return
@@ -151,13 +152,18 @@ def schedule_spatial(sch, rv, lanes: int, cores: int, parallel: bool = True) -> 
     block = sch.get(rv)
     if lanes and branches_along(block, len(block.iter_vars) - 1):
         lanes = 0
+    kept = []  # an innermost loop left out of the parallel fusion
     if lanes and _splits_into_vectors(sch, inner, lanes):
         io, ii = sch.split(inner, [None, lanes])
         outer.append(io)
         sch.vectorize(ii)
+    elif outer and least_iterations(sch, outer) >= cores:
+        # a row of no whole number of vectors stays a loop of its own inside the parallel rows: LLVM vectorizes
+        # it with a remainder, where fused into them each element would pay a division for its row's index
+        kept = [inner]
     else:
         outer.append(inner)
-    if wanted and not parallel and guard.parallelize(sch, outer, cores, MIN_PARALLEL_ELEMENTS):
+    if wanted and not parallel and guard.parallelize(sch, outer + kept, cores, MIN_PARALLEL_ELEMENTS):
         return  # a symbolic nest: parallel when its size at run time repays it (guard.py)
     parallelize(sch, outer, cores if parallel else 1)
 

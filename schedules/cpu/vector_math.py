@@ -18,6 +18,7 @@ arithmetic. Other ops that call exp (ELU, softplus, ...) keep TVM's lowering: co
 
 from __future__ import annotations
 
+from ..analysis import ROLE, ROW_PARTIALS
 from .common import MATERIALIZE
 
 _LOG2E = 1.4426950408889634
@@ -168,23 +169,69 @@ def _gelu_tanh(x):
     return _const(0.5) * x * (_const(1.0) + fast_tanh(inner))
 
 
+# Lanes of the partial maxima and sums of a softmax row: one 512-bit vector, two 256-bit ones.
+ROW_LANES = 16
+
+
+def _row_reduce(x, axis: int, reduce, name: str):
+    """`reduce` (te.max or te.sum) of x over `axis`, keepdims. Along the innermost axis it is taken in ROW_LANES
+    partials (element j into lane j % ROW_LANES) plus the row's tail past the last whole group of lanes: the
+    partials vectorize whatever the row's length, static or symbolic, where one reduction over the row would run
+    element by element (schedules/cpu/common.py vectorizes a reduction only over whole vectors). A symbolic
+    length gets loops that never run empty, their extra steps reading the identity: a reduction's first value is
+    stored by its first step, which an empty loop would skip."""
+    from tvm import te, tirx, topi
+
+    if axis != len(x.shape) - 1:
+        return (topi.max if reduce is te.max else topi.sum)(x, axis=axis, keepdims=True)
+    *rows, n = x.shape
+    static = isinstance(n, tirx.IntImm)
+    whole = n // ROW_LANES
+    identity = tirx.min_value("float32") if reduce is te.max else _const(0.0)
+    combine = tirx.max if reduce is te.max else (lambda a, b: a + b)
+    parts = []
+    if not static or int(whole) > 0:
+        groups = te.reduce_axis((0, whole if static else tirx.max(whole, 1)), name="k")
+
+        def lane_value(i):
+            value = x(*i[:-2], groups * ROW_LANES + i[-1])
+            return value if static else tirx.if_then_else(groups < whole, value, identity)
+
+        lanes = te.compute((*rows, 1, ROW_LANES), lambda *i: reduce(lane_value(i), axis=groups),
+                           name=f"{name}_lanes", attrs={ROLE: ROW_PARTIALS})
+        lane = te.reduce_axis((0, ROW_LANES), name="lane")
+        parts.append(te.compute((*rows, 1), lambda *i: reduce(lanes(*i, lane), axis=lane), name=f"{name}_across"))
+    if not static or int(n) % ROW_LANES:
+        tail = te.reduce_axis((0, n - whole * ROW_LANES if static else ROW_LANES), name="t")
+
+        def tail_value(i):
+            value = x(*i[:-1], whole * ROW_LANES + tail)
+            return value if static else tirx.if_then_else(tail < n - whole * ROW_LANES, value, identity)
+
+        parts.append(te.compute((*rows, 1), lambda *i: reduce(tail_value(i), axis=tail), name=f"{name}_tail"))
+    if len(parts) == 1:
+        return parts[0]
+    across, rest = parts
+    return te.compute((*rows, 1), lambda *i: combine(across(*i), rest(*i)), name=name)
+
+
 def _softmax(log: bool):
     """softmax / log_softmax over one axis: max, exp of the difference, sum, then divide (or subtract the log)."""
 
     def compute(x, axis):
-        from tvm import te, tirx, topi
+        from tvm import te, tirx
 
         axis = axis % len(x.shape)
 
         def row(idx):  # the index of the reduced (keepdims) value for element idx
             return [0 if n == axis else v for n, v in enumerate(idx)]
 
-        peak = topi.max(x, axis=axis, keepdims=True)
+        peak = _row_reduce(x, axis, te.max, "T_softmax_max")
         # computed once and stored: inlined, the exp would be evaluated again for the division (and as scalar
         # code inside the sum's reduction loop)
         exps = te.compute(x.shape, lambda *i: fast_exp(x(*i) - peak(*row(i))), name="T_softmax_exp",
                           attrs={MATERIALIZE: 1})
-        total = topi.sum(exps, axis=axis, keepdims=True)
+        total = _row_reduce(exps, axis, te.sum, "T_softmax_sum")
         if log:
             return te.compute(x.shape, lambda *i: x(*i) - peak(*row(i)) - tirx.log(total(*row(i))),
                               name="T_log_softmax_norm")
