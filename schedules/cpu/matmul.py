@@ -81,9 +81,13 @@ class MatmulTemplate(CpuTemplate):
             self.b_axes = (next(n for n in plain if indices[n].same_as(j)),
                            next(n for n in plain if indices[n].same_as(k)))
             self.layout = "nn" if self.b_axes[0] == len(indices) - 1 else "nt"
+        # an N no full vector divides (attention's scores over 197 or 1500 tokens) is padded to whole tiles of
+        # full vectors, as a symbolic one is: a narrower vector that divides it ran at half the speed
+        self.columns_padded_here = self.layout != "packed" and (
+            self.n is None or self.n % self.spec.simd_width != 0 and bool(self._padded_nr(self.spec.simd_width)))
         if self.layout == "packed":
             self.lanes = int(b_load.source.shape[-1])
-        elif self.n is None:  # padded to whole tiles of full vectors in apply()
+        elif self.columns_padded_here:  # padded to whole tiles of full vectors in apply()
             self.lanes = self.spec.simd_width
         else:  # the widest vector (spec lanes down to 4) dividing N; 1: no vector, a scalar tile
             fits = [v for v in (self.spec.simd_width, self.spec.simd_width // 2, self.spec.simd_width // 4) if v >= 4]
@@ -120,7 +124,13 @@ class MatmulTemplate(CpuTemplate):
     def _nr_choices(self):
         if self.n is None:  # padded to nr vectors: a wide tile wastes most of it on short sequences
             return [nr for nr in NR_CHOICES if nr <= SYMBOLIC_PAD_VECTORS]
+        if self.columns_padded_here:
+            return self._padded_nr(self.lanes)
         return [nr for nr in NR_CHOICES if (self.n // self.lanes) % nr == 0] or [1]
+
+    def _padded_nr(self, lanes: int) -> list:
+        """Tiles of nr vectors of `lanes` whose padding of a static N adds at most an eighth of it."""
+        return [nr for nr in NR_CHOICES if -(-self.n // (nr * lanes)) * nr * lanes * 8 <= self.n * 9]
 
     def knob_space(self):
         space = {
@@ -158,7 +168,7 @@ class MatmulTemplate(CpuTemplate):
         mr, nr = max(tiles, key=cost)
         if m < 4 and self.n is not None:  # a GEMV: memory-bound; several weight panels per core keep the cores
             # busy to the end
-            panels_per_core = (self.n // self.lanes) // self.spec.cores
+            panels_per_core = -(-self.n // self.lanes) // self.spec.cores
             nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
                      and self.valid({"mr": mr, "nr": n}))
         # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
@@ -176,7 +186,7 @@ class MatmulTemplate(CpuTemplate):
         inline_injective(sch)
         mm = sch.get_sblock(self.name)
         rows = knobs["mr"] if self.rows_padded_here else 1
-        columns = knobs["nr"] * self.lanes if self.n is None else 1
+        columns = knobs["nr"] * self.lanes if self.columns_padded_here else 1
         if rows > 1 or columns > 1:
             self._pad_to_tiles(sch, mm, rows, columns)
         if self.layout == "nt" or (self.layout == "nn" and knobs["pack_b"]):
