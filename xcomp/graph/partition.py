@@ -58,6 +58,7 @@ def graph_passes(spec, notes: list | None = None):
 
     from xcomp import schedules
     from xcomp.graph.const_fold import FoldConstantsNumpy
+    from xcomp.graph.conv1d import Conv1dAsConv2d
     from xcomp.graph.fold_affine import FoldConvAffine
     from xcomp.graph.layout import BlockedConvLayout
     from xcomp.graph.scalar_kernels import isolate_scalar_arg_kernels
@@ -72,6 +73,7 @@ def graph_passes(spec, notes: list | None = None):
             relax.backend.DispatchSortScan(),
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
+            Conv1dAsConv2d(),
             *fold,
             FoldConvAffine(),
             *layout,
