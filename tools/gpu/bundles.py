@@ -81,7 +81,7 @@ def write_model(spec: str, path: str) -> str:
         m, n, k, dtype = rest.split(",")
         model = gemm_model(int(m), int(n), int(k), dtype)
     else:
-        from frontends.examples import resolve
+        from xcomp.frontends.examples import resolve
 
         name, _, dtype = rest.partition(":")
         model = onnx.load(resolve(f"onnx:{name}"))
@@ -292,7 +292,6 @@ def main(argv=None) -> int:
     if args.action == "run":
         run(args.out, args.budget_s, args.dry_run, args.bundles)
         return 0
-    sys.path.insert(0, REPO)  # `make`/`import` run xcomp here: the repo's own frontends/ and benchmarks/
     if args.action == "model":
         write_model(dict((name, spec) for name, spec, _ in WORKLOADS)[args.name], args.path)
         return 0
