@@ -74,3 +74,14 @@ def test_a_waiting_bundle_is_found_packed_and_its_results_imported(tmp_path):
 
     (row,) = bundles.make([], bundles=str(folder), workloads=TINY, records=str(records))
     assert row["state"] == "waiting" and row["candidates"] == 8  # round 2: one batch, the default now known
+
+
+def test_a_run_past_its_budget_is_interrupted_and_keeps_what_it_wrote(tmp_path):
+    # run.py answers SIGINT by keeping results.json as it stands (bundle_run.main): this one says that it did
+    (tmp_path / "run.py").write_text(
+        "import sys, time\ntry:\n    print('started', flush=True)\n    time.sleep(120)\n"
+        "except KeyboardInterrupt:\n    print('interrupted: results.json kept', flush=True)\n    sys.exit(130)\n")
+    with open(tmp_path / "run.log", "w") as log:
+        row = bundles.run_one(str(tmp_path), 5, log, dry_run=False)
+    assert row["rc"] == 130 and 5 <= row["seconds"] < 60
+    assert (tmp_path / "run.log").read_text().splitlines() == ["started", "interrupted: results.json kept"]
