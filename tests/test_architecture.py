@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import os
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 # source folder -> the package it installs as (pyproject.toml's package-dir)
 PACKAGES = {"xcomp": "xcomp", "frontends": "xcomp.frontends", "schedules": "xcomp.schedules",
@@ -180,3 +182,19 @@ def test_tvm_process_state_is_changed_in_one_module():
     assert int(os.environ["TVM_NUM_THREADS"]) >= 1
     # TVM's own callback raises where ROCm is not installed; ours answers as device_bitcode does
     assert list(tvm.get_global_func("tvm_callback_rocm_bitcode_path")()) == device_bitcode()
+
+
+@pytest.mark.parametrize("user_value", [None, "5"])
+def test_thread_pool_workers_sleep_between_regions_unless_the_user_says(user_value):
+    """A fresh process that makes a backend runs TVM's pool with spin count 0 (docs/decisions/thread-count.md),
+    and keeps a spin count the user set."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    if user_value is not None:
+        env["TVM_THREAD_POOL_SPIN_COUNT"] = user_value
+    code = ("import os; from xcomp.backends import get_backend; get_backend('cpu'); "
+            "print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == (user_value or "0")
