@@ -20,6 +20,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -224,8 +225,10 @@ def run_one(folder: str, seconds: float, log, dry_run: bool) -> dict:
     dry_run: with every GPU hidden, so run.py stops at its device check having timed nothing."""
     start = time.perf_counter()
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="") if dry_run else None
+    # a job started in the background inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    # restore the default in the child so the SIGINT below reaches run.py
     proc = subprocess.Popen([sys.executable, os.path.join(folder, "run.py")], stdout=log, stderr=subprocess.STDOUT,
-                            env=env)
+                            env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         rc = proc.wait(timeout=max(1.0, seconds))
     except subprocess.TimeoutExpired:
