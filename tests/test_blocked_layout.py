@@ -276,3 +276,63 @@ def test_squeeze_excite_keeps_the_feature_map_blocked():
 
     transforms = [g for g in module.groups if "layout_transform" in g.name]
     assert sum(g.count for g in transforms if pixels(g) > 1) == 2, [g.signature for g in transforms]
+
+
+def _inverted_residual(expanded, stride, activation):
+    """x[1,16,8,8] -> 1x1 conv to `expanded` channels -> activation -> 3x3 depthwise conv at `stride` ->
+    activation -> 1x1 conv back to 16 (+ x at stride 1), as mobilenet_v2 (relu6 as Clip) and efficientnet (SiLU
+    as x * sigmoid(x)) have it."""
+    nodes, count = [], iter(range(100))
+
+    def act(name):
+        out = f"{name}_act"
+        if activation == "relu6":
+            nodes.append(helper.make_node("Clip", [name, "low", "high"], [out]))
+        else:
+            sig = f"{name}_sigmoid{next(count)}"
+            nodes.extend([helper.make_node("Sigmoid", [name], [sig]), helper.make_node("Mul", [name, sig], [out])])
+        return out
+
+    nodes.append(helper.make_node("Conv", ["x", "We", "Be"], ["e"], kernel_shape=[1, 1]))
+    nodes.append(helper.make_node("Conv", [act("e"), "Wd", "Bd"], ["d"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                  strides=[stride] * 2, group=expanded))
+    nodes.append(helper.make_node("Conv", [act("d"), "Wp"], ["p" if stride == 1 else "y"], kernel_shape=[1, 1]))
+    if stride == 1:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    inits = [_const("We", (expanded, 16, 1, 1), 1), _const("Be", (expanded,), 2),
+             _const("Wd", (expanded, 1, 3, 3), 3), _const("Bd", (expanded,), 4), _const("Wp", (16, expanded, 1, 1), 5)]
+    if activation == "relu6":
+        inits += [_filled("low", 0), _filled("high", 6)]
+    out = 8 // stride
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, out, out])], inits, opset=13)
+
+
+@pytest.mark.parametrize("activation", ["relu6", "silu"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_convs_run_blocked_even_where_the_expansion_is_padded(stride, activation):
+    """mobilenet_v2's and efficientnet's block: the depthwise conv reads and writes channel vectors like the
+    convs around it, so the map is transformed only into the first conv and out of the last. The expansion
+    has 9 vectors of channels, which padded_channels pads to 10: the activation runs on all 10 in the conv's
+    epilogue and the slice back to 9 vectors slices whole vectors, in the blocked layout
+    (blocked_channel_slices)."""
+    from xcomp.backends import get_backend
+    from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.conv_depthwise import BlockedDepthwiseConvTemplate
+
+    lanes = get_backend("cpu").spec.simd_width
+    model = _inverted_residual(9 * lanes, stride, activation)
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(6).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    assert module.info["notes"] == []
+    convs = _conv_groups(module)
+    assert [_output_dims(g) for g in convs] == [5, 5, 5], [g.signature for g in convs]
+    depthwise = [g for g in convs if isinstance(get_template(g.func, module.backend.schedule_context()),
+                                                 BlockedDepthwiseConvTemplate)]
+    assert len(depthwise) == 1 and depthwise[0].signature.startswith(f"1x9x8x8x{lanes}xf32"), depthwise
+    # (x goes in once for the first conv and once more for the residual add: TVM does not merge the two)
+    size = 8 // stride
+    transforms = {g.signature for g in module.groups if "layout_transform" in g.name}
+    assert transforms == {f"1x16x8x8xf32 -> 1x{16 // lanes}x8x8x{lanes}xf32",
+                          f"1x{16 // lanes}x{size}x{size}x{lanes}xf32 -> 1x16x{size}x{size}xf32"}

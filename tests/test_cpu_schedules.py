@@ -340,6 +340,8 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
         dict(c_in=24, c_out=24, size=10, kernel=3, stride=2, pad=1, group=24),
         dict(c_in=16, c_out=16, size=32, kernel=3, pad=1, group=16),
+        # channels no SIMD width divides: NCHW around the conv, the input copied into 4-channel vectors
+        dict(c_in=20, c_out=20, size=32, kernel=3, pad=1, group=20),
         dict(c_in=4, c_out=32, size=7, kernel=1, batch_norm=True),
         # 6 channels per group cannot fill a vector: weights stay OIHW, pixels are vectorized instead
         dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
@@ -350,12 +352,13 @@ def conv_model(c_in, c_out, size, kernel, stride=1, pad=0, group=1, batch_norm=F
         dict(c_in=16, c_out=16, size=8, kernel=1, group=4),
     ],
     ids=["plain", "strided_padded", "grouped", "depthwise", "depthwise_strided", "depthwise_wide",
-         "pointwise_batch_norm", "narrow_groups_pointwise", "narrow_groups", "quarter_vector_groups_small_map",
+         "depthwise_wide_nchw", "pointwise_batch_norm", "narrow_groups_pointwise", "narrow_groups",
+         "quarter_vector_groups_small_map",
          "quarter_vector_groups"],
 )
 def test_conv(args, backend):
     from xcomp.schedules.cpu import get_template
-    from xcomp.schedules.cpu.conv_depthwise import DepthwiseConvTemplate
+    from xcomp.schedules.cpu.conv_depthwise import BlockedDepthwiseConvTemplate, DepthwiseConvTemplate
     from xcomp.schedules.cpu.conv_unpacked import UnpackedConvTemplate
 
     module = _compile_and_check(conv_model(**args), _inputs(x=(1, args["c_in"], args["size"], args["size"])))
@@ -369,7 +372,10 @@ def test_conv(args, backend):
     minimum = (lanes if pointwise_map else max(4, lanes // 2)) if groups > 1 else 4
     narrow = not depthwise and math.gcd(args["c_out"] // groups, lanes) < minimum
     assert isinstance(template, UnpackedConvTemplate) == narrow, type(template)
-    assert isinstance(template, DepthwiseConvTemplate) == depthwise, type(template)
+    # whole vectors of channels: blocked (NCHW{V}c) in and out, as the convs around it (xcomp/graph/layout.py)
+    blocked = depthwise and args["c_in"] % lanes == 0
+    assert isinstance(template, BlockedDepthwiseConvTemplate) == blocked, type(template)
+    assert isinstance(template, DepthwiseConvTemplate) == (depthwise and not blocked), type(template)
     if narrow:
         assert template.fused_pixels == (args["kernel"] == 1)
     extra = []
@@ -379,6 +385,10 @@ def test_conv(args, backend):
         from xcomp.schedules.analysis import DEPTHWISE_INPUT, root_blocks, with_role
 
         assert template.pad_name == with_role(root_blocks(s_tir.Schedule(group.func)), DEPTHWISE_INPUT).name
+    if blocked:  # already in channel vectors: the default tests the padding at each read instead of copying
+        assert template.default_knobs()["pad"] == "inline"
+        assert {"stage", "inline"} <= set(template.knob_space()["pad"])
+    elif depthwise:
         # both tiles: channel vectors, and pixel vectors along rows of the copy made NCHW again (the default at
         # stride 1 when a row holds a whole SIMD vector)
         wide = args.get("stride", 1) == 1 and args["size"] >= backend.spec.simd_width

@@ -77,7 +77,9 @@ CONV_FORMS = {
     "winograd": dict(c_in=64, c_out=64, size=14, kernel=3, pad=1),
     "conv_blocked": dict(c_in=32, c_out=32, size=10, kernel=1),
     "conv_packed": dict(c_in=16, c_out=32, size=8, kernel=3, pad=1, group=2),
-    "conv_depthwise": dict(c_in=16, c_out=16, size=9, kernel=3, pad=1, group=16),
+    # 20 channels: no whole vectors of 8 or 16 lanes, so NCHW around it; 32 make whole vectors: blocked
+    "conv_depthwise": dict(c_in=20, c_out=20, size=9, kernel=3, pad=1, group=20),
+    "conv_depthwise_blocked": dict(c_in=32, c_out=32, size=9, kernel=3, pad=1, group=32),
     # 6 channels per group fill no vector: OIHW weights
     "conv_unpacked": dict(c_in=12, c_out=12, size=8, kernel=1, group=2),
 }

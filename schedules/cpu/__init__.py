@@ -7,7 +7,7 @@ from ..rules import Rule, any_group, dispatch, of_kind
 from .common import CpuTemplate, GenericTemplate
 from .conv import of_form
 from .conv_blocked import BlockedConvTemplate
-from .conv_depthwise import DepthwiseConvTemplate
+from .conv_depthwise import BlockedDepthwiseConvTemplate, DepthwiseConvTemplate
 from .conv_packed import PackedConvTemplate
 from .conv_unpacked import UnpackedConvTemplate
 from .legalize import legalize_map
@@ -21,6 +21,7 @@ RULES = [
     Rule("conv_blocked", of_form("blocked"), BlockedConvTemplate),
     Rule("conv_packed", of_form("packed"), PackedConvTemplate),
     Rule("conv_depthwise", of_form("depthwise"), DepthwiseConvTemplate),
+    Rule("conv_depthwise_blocked", of_form("depthwise_blocked"), BlockedDepthwiseConvTemplate),
     Rule("conv_unpacked", of_form("unpacked"), UnpackedConvTemplate),
     Rule("matmul", of_kind("matmul"), MatmulTemplate),
     Rule("generic", any_group, GenericTemplate),

@@ -5,6 +5,7 @@ of its own; `conv_form` tells them apart:
 - packed (conv_packed.py): NCHW data and output with weights packed [O/V, I/groups, KH, KW, V], grouped or not
   (legalize.packed_conv2d).
 - depthwise (conv_depthwise.py): the input first copied into channel vectors (legalize.packed_depthwise_conv2d).
+- depthwise_blocked (conv_depthwise.py): the same from and to blocked channels (legalize.blocked_depthwise_conv2d).
 - unpacked (conv_unpacked.py): plain OIHW weights, the conv TVM lowers: grouped convs whose groups are too
   narrow to pack (e.g. 34 channels), and what legalize.py leaves to TVM.
 
@@ -129,13 +130,13 @@ def padded_width(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
 
 
 def conv_form(infos) -> str:
-    """The form of a conv group's blocks (root_blocks): "winograd" (cpu/winograd.py), "depthwise", "blocked",
-    "packed" or "unpacked" (see the module doc)."""
+    """The form of a conv group's blocks (root_blocks): "winograd" (cpu/winograd.py), "depthwise",
+    "depthwise_blocked", "blocked", "packed" or "unpacked" (see the module doc)."""
     if is_winograd(infos):
         return "winograd"
-    if with_role(infos, DEPTHWISE_INPUT) is not None:
-        return "depthwise"
     main = main_reduction(infos)
+    if with_role(infos, DEPTHWISE_INPUT) is not None:
+        return "depthwise_blocked" if len(main.extents) == 8 else "depthwise"
     if len(main.extents) == 8:
         return "blocked"
     return "packed" if any(len(read.source.shape) == 5 for read in main.block.reads) else "unpacked"

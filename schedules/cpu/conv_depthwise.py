@@ -1,14 +1,25 @@
-"""The depthwise conv (legalize.packed_depthwise_conv2d): its input copied into channel vectors first, then
-either tile of conv.py (`vectorize`): "channels" runs the channel-vector tile, "columns" the pixel-vector tile on
-the copy laid out as a padded NCHW image again (wide rows fill vectors without scattering every output vector
-across channel planes)."""
+"""The depthwise conv, its input copied into channel vectors first (a padded copy, legalize._depthwise_input):
+- on NCHW data (legalize.packed_depthwise_conv2d), either tile of conv.py (`vectorize`): "channels" runs the
+  channel-vector tile, "columns" the pixel-vector tile on the copy laid out as a padded NCHW image again (wide
+  rows fill vectors without scattering every output vector across channel planes);
+- on blocked data (legalize.blocked_depthwise_conv2d, xcomp/graph/layout.py), the channel-vector tile, reading
+  and writing whole vectors."""
 
 from __future__ import annotations
 
 from ..analysis import DEPTHWISE_INPUT, with_role
-from .common import parallelize
-from .conv import PIXEL_BLOCK, VECTOR, VECTORIZE, DirectConvTemplate, PixelTileConv, accumulator_budget
+from .common import divisors, parallelize
+from .conv import (PIXEL_BLOCK, VECTOR, VECTORIZE, DirectConvTemplate, PixelTileConv, accumulator_budget,
+                   registers_fit)
+from .conv_blocked import BlockedConvTemplate
 from .conv_packed import PackedConvTemplate
+
+
+def _schedule_channel_copy(sch, stage, cores: int):
+    """The input's padded copy in channel vectors ([n, c/V, h, w, V]): one vector per pixel."""
+    loops = sch.get_loops(stage)
+    sch.vectorize(loops[-1])
+    parallelize(sch, loops[:3], cores)
 
 
 class DepthwiseConvTemplate(PackedConvTemplate, PixelTileConv):
@@ -79,10 +90,8 @@ class DepthwiseConvTemplate(PackedConvTemplate, PixelTileConv):
         return False
 
     def _schedule_pad(self, sch, stage, knobs):
-        if self._channels(knobs):  # the input's channel-vector copy [n, c/V, h, w, V]: one vector per pixel
-            loops = sch.get_loops(stage)
-            sch.vectorize(loops[-1])
-            parallelize(sch, loops[:3], self.spec.cores)
+        if self._channels(knobs):
+            _schedule_channel_copy(sch, stage, self.spec.cores)
             return
         # "columns" reads rows: the copy becomes a padded NCHW image again ([n, c/V, V, h, w])
         sch.transform_layout(stage, ("write", 0), lambda n, cb, h, w, v: (n, cb, v, h, w))
@@ -92,4 +101,29 @@ class DepthwiseConvTemplate(PackedConvTemplate, PixelTileConv):
         parallelize(sch, [b, cb, v], self.spec.cores)
 
 
-__all__ = ["DepthwiseConvTemplate"]
+class BlockedDepthwiseConvTemplate(BlockedConvTemplate):
+    """The blocked conv's channel-vector tile (on NCHW-like weights: one input channel per output), each tap a
+    vector of the padded copy times a weight vector."""
+
+    form = "depthwise_blocked"
+
+    def default_knobs(self):
+        knobs = super().default_knobs()
+        if self.pad_name:  # a padded copy is one more pass over an input the conv reads only once
+            knobs["pad"] = "inline"
+        return knobs
+
+    def _default_tile(self):
+        # one channel vector: each pixel loads its own input vector, so more channels share nothing; then the
+        # widest run of pixels that fits the registers (docs/decisions/blocked-layout.md)
+        width = max(d for d in divisors(self.out_w, 16) if registers_fit(self.spec, 1, d, spare=1))
+        return {"co_block": 1, "oh_block": 1, "ow_block": width, "order": "co_outer"}
+
+    def _prefetches(self, knobs) -> bool:  # noqa: ARG002 - one tap per channel: too few weights to stream
+        return False
+
+    def _schedule_pad(self, sch, stage, knobs):  # noqa: ARG002 - one layout of the copy
+        _schedule_channel_copy(sch, stage, self.spec.cores)
+
+
+__all__ = ["DepthwiseConvTemplate", "BlockedDepthwiseConvTemplate"]

@@ -158,37 +158,70 @@ def blocked_conv2d(data, weight, strides, padding, dilation, spec=None):
     return te.compute((data.shape[0], oblocks, oh, ow, lanes), lambda *idx: conv[idx], name="conv2d_columns")
 
 
-def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
-    """Depthwise NCHW conv2d on a [C/V, 1, KH, KW, V] weight. The padded input is first copied into channel
-    vectors ([N, C/V, H, W, V], a stage of ROLE DEPTHWISE_INPUT): each tap then loads one contiguous vector of V
-    channels instead of gathering them H*W apart, and stride-2 convs vectorize as well as stride-1 ones (NCHW rows
-    of 7..28 columns do not fill a 16-lane vector)."""
+def _depthwise_input(read, shape, padding, dtype):
+    """The padded input of a depthwise conv in channel vectors ([N, C/V, H, W, V] padded: `shape`), a stage of
+    ROLE DEPTHWISE_INPUT: each tap then loads one contiguous vector of V channels. `read(b, cb, y, x, v)` is an
+    element of the unpadded input."""
     from tvm import te, tirx
 
-    n, (channels, h, w) = data.shape[0], (int(d) for d in data.shape[1:])  # a symbolic batch is fine
-    _, _, kh, kw, lanes = (int(d) for d in packed.shape)
-    sh, sw = strides
-    dh, dw = dilation
     top, left, bottom, right = padding
-    ph, pw = h + top + bottom, w + left + right
+    h, w = shape[2] - top - bottom, shape[3] - left - right
 
     def pack(b, cb, y, x, v):
         inside = tirx.all(y >= top, y < top + h, x >= left, x < left + w)
-        value = data[b, cb * lanes + v, tirx.max(y - top, 0), tirx.max(x - left, 0)]
-        return tirx.if_then_else(inside, value, tirx.const(0.0, data.dtype))
+        value = read(b, cb, tirx.max(y - top, 0), tirx.max(x - left, 0), v)
+        return tirx.if_then_else(inside, value, tirx.const(0.0, dtype))
 
-    packed_data = te.compute((n, channels // lanes, ph, pw, lanes), pack, name="data_pack",
-                             attrs={ROLE: DEPTHWISE_INPUT})
-    oh, ow = _out_size(ph, kh, sh, dh), _out_size(pw, kw, sw, dw)
+    return te.compute(shape, pack, name="data_pack", attrs={ROLE: DEPTHWISE_INPUT})
+
+
+def _depthwise_taps(padded, packed, strides, dilation):
+    """(output rows, output columns, tap(b, cb, y, x, v)): the sum over one channel's kernel window of the
+    `padded` input (_depthwise_input) times its [C/V, 1, KH, KW, V] weight."""
+    from tvm import te
+
+    _, _, kh, kw, _ = (int(d) for d in packed.shape)
+    sh, sw = strides
+    dh, dw = dilation
     rc = te.reduce_axis((0, 1), "rc")  # one input channel per output: kept so every conv has (ci, kh, kw) axes
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
 
-    def body(b, c, y, x):
-        tap = packed_data[b, c // lanes, y * sh + ry * dh, x * sw + rx * dw, c % lanes]
-        return te.sum(tap * packed[c // lanes, rc, ry, rx, c % lanes], axis=[rc, ry, rx])
+    def tap(b, cb, y, x, v):
+        return te.sum(padded[b, cb, y * sh + ry * dh, x * sw + rx * dw, v] * packed[cb, rc, ry, rx, v],
+                      axis=[rc, ry, rx])
 
-    return te.compute((n, channels, oh, ow), body, name="depthwise_conv2d_nchw")
+    ph, pw = int(padded.shape[2]), int(padded.shape[3])
+    return _out_size(ph, kh, sh, dh), _out_size(pw, kw, sw, dw), tap
+
+
+def packed_depthwise_conv2d(data, packed, strides, padding, dilation):
+    """Depthwise NCHW conv2d on a [C/V, 1, KH, KW, V] weight. The padded input is first copied into channel
+    vectors (_depthwise_input) instead of gathering each tap's V channels H*W apart, and stride-2 convs vectorize
+    as well as stride-1 ones (NCHW rows of 7..28 columns do not fill a 16-lane vector)."""
+    from tvm import te
+
+    n, (channels, h, w) = data.shape[0], (int(d) for d in data.shape[1:])  # a symbolic batch is fine
+    lanes = int(packed.shape[-1])
+    top, left, bottom, right = padding
+    shape = (n, channels // lanes, h + top + bottom, w + left + right, lanes)
+    padded = _depthwise_input(lambda b, cb, y, x, v: data[b, cb * lanes + v, y, x], shape, padding, data.dtype)
+    oh, ow, tap = _depthwise_taps(padded, packed, strides, dilation)
+    return te.compute((n, channels, oh, ow), lambda b, c, y, x: tap(b, c // lanes, y, x, c % lanes),
+                      name="depthwise_conv2d_nchw")
+
+
+def blocked_depthwise_conv2d(data, packed, strides, padding, dilation):
+    """Depthwise conv2d from and to blocked channels (NCHW{V}c) on a [C/V, 1, KH, KW, V] weight: the padded copy
+    of the input (_depthwise_input) keeps its layout."""
+    from tvm import te
+
+    n, (blocks, h, w, lanes) = data.shape[0], (int(d) for d in data.shape[1:])
+    top, left, bottom, right = padding
+    shape = (n, blocks, h + top + bottom, w + left + right, lanes)
+    padded = _depthwise_input(lambda *idx: data[idx], shape, padding, data.dtype)
+    oh, ow, tap = _depthwise_taps(padded, packed, strides, dilation)
+    return te.compute((n, blocks, oh, ow, lanes), tap, name="depthwise_conv2d_nchwc")
 
 
 def packed_matmul(a, packed, columns=None):
@@ -259,6 +292,7 @@ def _conv2d(spec):
     lanes = spec.simd_width
     blocked = {(f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o", f"NCHW{lanes}c"),
                ("NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c")}
+    depthwise_blocked = (f"NCHW{lanes}c", f"OIHW{lanes}o", f"NCHW{lanes}c")  # xcomp/graph/layout.py
 
     def legalize(bb, call):
         from tvm import relax
@@ -272,6 +306,9 @@ def _conv2d(spec):
                 return winograd
             conv = functools.partial(blocked_conv2d, spec=spec)  # emit_te passes TVM values only
             return bb.call_te(conv, call.args[0], call.args[1], **geometry, primfunc_name_hint="conv2d")
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == depthwise_blocked and int(attrs.groups) > 1:
+            return bb.call_te(blocked_depthwise_conv2d, call.args[0], call.args[1], **geometry,
+                              primfunc_name_hint="depthwise_conv2d")
         weight = constant_f32(call.args[1])
         usable = (
             weight is not None

@@ -5,8 +5,9 @@ concurrent streams, a TLB entry each) and writes its output vectors scattered ac
 inside a model, where the previous group left the input in another core's cache (docs/decisions/blocked-layout.md). As
 NCHW{V}c the V channels of a pixel are one vector: convs read and write whole vectors, and the adds, relus, pools
 and concats between them run unchanged on the blocked tensors. TVM's ConvertLayout propagates the layout and
-inserts the transforms where it must stop (an op with no blocked form such as LRN or a grouped conv, the reshape
-before a classifier).
+inserts the transforms where it must stop (an op with no blocked form such as LRN or a grouped conv that is not
+depthwise, the reshape before a classifier). A depthwise conv over whole vectors of channels runs blocked too: each
+channel vector convolves on its own.
 """
 
 from __future__ import annotations
@@ -30,10 +31,29 @@ def _blockable(call) -> bool:
     return all(hasattr(d, "value") for d in [*list(data.shape)[1:], weight.shape[0]])
 
 
+def _depthwise_blockable(call, lanes: int) -> bool:
+    """A depthwise conv2d (one input channel per output channel) over whole vectors of channels, fp32, NCHW/OIHW,
+    static channels and image size: blocked, each channel vector convolves on its own."""
+    attrs = call.attrs
+    data, weight = call.args[0].ty, call.args[1].ty
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        return False
+    if str(data.dtype) != "float32" or data.ndim != 4 or weight.ndim != 4:
+        return False
+    if not all(hasattr(d, "value") for d in [*list(data.shape)[1:], *list(weight.shape)[:2]]):
+        return False
+    channels = int(data.shape[1])
+    return (int(attrs.groups) == channels == int(weight.shape[0]) and int(weight.shape[1]) == 1
+            and channels % lanes == 0)
+
+
 def conv_layouts(call, lanes: int) -> list:
     """[data, kernel, output] layouts for a conv2d call. Blocked output when it is `_blockable` and its output
     channels are whole vectors; blocked input too when its input channels are (else the conv reads NCHW, as the
-    RGB stem of a CNN does, and its weights are OIHW{V}o)."""
+    RGB stem of a CNN does, and its weights are OIHW{V}o). A `_depthwise_blockable` conv is blocked on both
+    sides, its weights OIHW{V}o ([C/V, 1, KH, KW, V])."""
+    if _depthwise_blockable(call, lanes):
+        return [f"NCHW{lanes}c", f"OIHW{lanes}o", f"NCHW{lanes}c"]
     if not _blockable(call) or int(call.args[1].ty.shape[0]) % lanes:
         return ["NCHW", "OIHW", "NCHW"]
     if int(call.args[0].ty.shape[1]) % lanes:
@@ -43,6 +63,14 @@ def conv_layouts(call, lanes: int) -> list:
 
 _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
            "relax.power")
+# ops a channel slice may move past (_slice_after): elementwise, so they compute the padding channels too
+_ELEMENTWISE = (*_BINARY, "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu")
+
+
+def _scalar_constant(expr) -> bool:
+    import tvm
+
+    return isinstance(expr, tvm.ir.expr.Constant) and expr.value.numpy().size == 1
 
 
 def _paddable(conv, lanes: int) -> bool:
@@ -138,13 +166,36 @@ def prepare_for_layout(func, lanes: int):
             vector[0, :channels, 0, 0] = value.reshape(-1)
             return self._slice(relax.op.add(source.args[0], relax.const(vector)), channels)
 
+        def _slice_after(self, call):
+            """op(slice(padded), scalar...) -> slice(op(padded, scalar...)) for an elementwise op whose other
+            operands are one-element constants or slices of as many channels of as wide a padded tensor (SiLU's
+            x * sigmoid(x)): the op then fuses into the conv's group, and the slice that is left sits between
+            blocked tensors (see blocked_channel_slices). None where that does not apply."""
+            sources = [bound_value(self, a) for a in call.args]
+            sliced = {n: v.args[0] for n, v in enumerate(sources)
+                      if getattr(getattr(v, "op", None), "name", None) == "relax.strided_slice"
+                      and v.args[0] in padded}
+            kept = {padded[var] for var in sliced.values()}
+            widths = {int(var.ty.shape[1]) for var in sliced.values()}
+            if not sliced or len(kept) != 1 or len(widths) != 1:
+                return None
+            if not all(_scalar_constant(a) for n, a in enumerate(call.args) if n not in sliced):
+                return None
+            args = [sliced.get(n, a) for n, a in enumerate(call.args)]
+            return self._slice(relax.Call(call.op, args, call.attrs), kept.pop())
+
+        def _lift(self, call):
+            """`call`, or its slice moved after it (_slice_after)."""
+            lifted = self._slice_after(call)
+            return call if lifted is None else lifted
+
         def _clip_as_min_max(self, call):
             data, *bounds = call.args  # the bounds are IntImm / FloatImm arguments
             dtype = getattr(data.ty, "dtype", None)
             if dtype is None or not all(isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in bounds):
                 return call
-            upper = self.builder_.emit(relax.op.minimum(data, relax.const(bounds[1].value, dtype)))
-            return relax.op.maximum(upper, relax.const(bounds[0].value, dtype))
+            upper = self.builder_.emit(self._lift(relax.op.minimum(data, relax.const(bounds[1].value, dtype))))
+            return self._lift(relax.op.maximum(upper, relax.const(bounds[0].value, dtype)))
 
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = super().visit_call_(call)
@@ -159,6 +210,10 @@ def prepare_for_layout(func, lanes: int):
             if name == "relax.nn.dropout":
                 data = call.args[0]
                 return relax.Tuple([data, relax.op.ones_like(data)])
+            if name in _ELEMENTWISE:
+                lifted = self._slice_after(call)
+                if lifted is not None:
+                    return lifted
             if name in _BINARY and len(call.args) == 2:
                 ndim = max(getattr(a.ty, "ndim", -1) for a in call.args)
                 if ndim > 0:
@@ -169,6 +224,51 @@ def prepare_for_layout(func, lanes: int):
             return call
 
     return _Preparer().visit_expr(func)
+
+
+def _ints(expr) -> list:
+    """The ints of a relax tuple of PrimValues (strided_slice's axes, begin, end)."""
+    return [int(field.value) for field in expr.fields]
+
+
+def blocked_channel_slices(func, lanes: int):
+    """`func` with each round trip through NCHW for a channel slice of whole vectors,
+    layout_transform(strided_slice(layout_transform(x, NCHW{V}c -> NCHW), channels 0..C), NCHW -> NCHW{V}c),
+    replaced by a slice of x's first C/V channel vectors. ConvertLayout cannot slice the blocked channel axis, so
+    it leaves the round trip wherever a conv's output is padded to whole pairs of vectors (padded_channels) and
+    sliced back for a blocked consumer (a depthwise conv)."""
+    from tvm import relax, tirx
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    from xcomp.graph.passes import bound_value
+
+    def unblock(n, c, h, w, v):
+        return n, c * lanes + v, h, w
+
+    def block(n, c, h, w):
+        return n, c // lanes, h, w, c % lanes
+
+    def is_transform(expr, index_map, ndim) -> bool:
+        return (getattr(getattr(expr, "op", None), "name", None) == "relax.layout_transform"
+                and expr.attrs.index_map.is_equivalent_to(tirx.IndexMap.from_func(index_map, index_dtype="int64"))
+                and getattr(expr.args[0].ty, "ndim", -1) == ndim)
+
+    @mutator
+    class _Rewriter(PyExprMutator):
+        def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
+            call = super().visit_call_(call)
+            if not is_transform(call, block, 4):
+                return call
+            sliced = bound_value(self, call.args[0])
+            if getattr(getattr(sliced, "op", None), "name", None) != "relax.strided_slice" or len(sliced.args) != 4:
+                return call
+            source = bound_value(self, sliced.args[0])
+            axes, begin, end = (_ints(a) for a in sliced.args[1:])
+            if axes != [1] or begin != [0] or end[0] % lanes or not is_transform(source, unblock, 5):
+                return call
+            return relax.op.strided_slice(source.args[0], axes=[1], begin=[0], end=[end[0] // lanes])
+
+    return _Rewriter().visit_expr(func)
 
 
 def _has_blocked_conv(mod, lanes: int) -> bool:
@@ -199,8 +299,9 @@ def BlockedConvLayout(lanes: int, notes: list | None = None):  # noqa: N802 (nam
         return {"relax.nn.conv2d": conv_layouts(call, lanes)} if call.op.name == "relax.nn.conv2d" else {}
 
     prepare = function_pass(lambda func: prepare_for_layout(func, lanes), "xcomp.PrepareForLayout")
+    slices = function_pass(lambda func: blocked_channel_slices(func, lanes), "xcomp.BlockedChannelSlices")
     convert = tvm.ir.transform.Sequential(
-        [prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired)])
+        [prepare, relax.transform.CanonicalizeBindings(), relax.transform.ConvertLayout({}, desired), slices])
 
     @tvm.ir.transform.module_pass(opt_level=0, name="xcomp.BlockedConvLayout")
     def _pass(mod, ctx):  # noqa: ARG001
