@@ -15,20 +15,9 @@ from __future__ import annotations
 import logging
 
 from xcomp.errors import describe
+from xcomp.graph.channel_padding import ChannelSlices, blockable, blocked_channel_slices, paddable
 
 log = logging.getLogger(__name__)
-
-
-def _blockable(call) -> bool:
-    """A conv2d that can run blocked once its output channels are whole vectors: fp32, NCHW/OIHW, no groups,
-    static channels and image size."""
-    attrs = call.attrs
-    data, weight = call.args[0].ty, call.args[1].ty
-    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
-        return False
-    if str(data.dtype) != "float32" or int(attrs.groups) != 1 or data.ndim != 4 or weight.ndim != 4:
-        return False
-    return all(hasattr(d, "value") for d in [*list(data.shape)[1:], weight.shape[0]])
 
 
 def _depthwise_blockable(call, lanes: int) -> bool:
@@ -48,13 +37,13 @@ def _depthwise_blockable(call, lanes: int) -> bool:
 
 
 def conv_layouts(call, lanes: int) -> list:
-    """[data, kernel, output] layouts for a conv2d call. Blocked output when it is `_blockable` and its output
+    """[data, kernel, output] layouts for a conv2d call. Blocked output when it is `blockable` and its output
     channels are whole vectors; blocked input too when its input channels are (else the conv reads NCHW, as the
     RGB stem of a CNN does, and its weights are OIHW{V}o). A `_depthwise_blockable` conv is blocked on both
     sides, its weights OIHW{V}o ([C/V, 1, KH, KW, V])."""
     if _depthwise_blockable(call, lanes):
         return [f"NCHW{lanes}c", f"OIHW{lanes}o", f"NCHW{lanes}c"]
-    if not _blockable(call) or int(call.args[1].ty.shape[0]) % lanes:
+    if not blockable(call) or int(call.args[1].ty.shape[0]) % lanes:
         return ["NCHW", "OIHW", "NCHW"]
     if int(call.args[0].ty.shape[1]) % lanes:
         return ["NCHW", f"OIHW{lanes}o", f"NCHW{lanes}c"]
@@ -63,55 +52,12 @@ def conv_layouts(call, lanes: int) -> list:
 
 _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
            "relax.power")
-# ops a channel slice may move past (_slice_after): elementwise, so they compute the padding channels too
-_ELEMENTWISE = (*_BINARY, "relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu")
-
-
-def _scalar_constant(expr) -> bool:
-    import tvm
-
-    return isinstance(expr, tvm.ir.expr.Constant) and expr.value.numpy().size == 1
-
-
-def _paddable(conv, lanes: int) -> bool:
-    """A `_blockable` conv2d whose output channels `padded_channels` would round up."""
-    if not _blockable(conv):
-        return False
-    channels = int(conv.args[1].ty.shape[0])
-    return channels > lanes and padded_channels(channels, lanes) != channels
-
-
-def padded_channels(channels: int, lanes: int) -> int:
-    """Output channels a `_paddable` conv runs with: whole vectors, and above 8 vectors whole pairs of them: an
-    odd count of channel vectors leaves the conv template only odd channel tiles, which cost more than the padding
-    (docs/decisions/blocked-layout.md)."""
-    unit = 2 * lanes if channels > 8 * lanes else lanes
-    return -(-channels // unit) * unit
-
-
-def _pad_channels(conv, weight, lanes: int):
-    """(conv2d on weights zero-padded to whole vectors of output channels, the channels to keep), or None when
-    the conv is not `_paddable` or its weight (`weight`: the constant it is bound to) is not a constant."""
-    import numpy as np
-    from tvm import relax
-
-    from xcomp.schedules.cpu.legalize import constant_f32
-
-    if not _paddable(conv, lanes):  # before reading the weight: most convs need no padding
-        return None
-    value = constant_f32(weight)
-    if value is None:
-        return None
-    channels = value.shape[0]
-    padded = np.zeros((padded_channels(channels, lanes), *value.shape[1:]), np.float32)
-    padded[:channels] = value
-    return relax.Call(conv.op, [conv.args[0], relax.const(padded)], conv.attrs), channels
 
 
 def prepare_for_layout(func, lanes: int):
     """`func` rewritten where TVM's ConvertLayout would stop the blocked layout for no reason:
-    - a conv whose output channels are not whole vectors (a classifier's 1000) runs on zero-padded weights, its
-      bias add too, and the padding channels are sliced off after that;
+    - a conv whose output channels are not whole vectors (a classifier's 1000) runs on zero-padded weights, and
+      the padding channels go on to the consumers that take them (channel_padding.py);
     - nn.dropout (an identity at inference) becomes its input and an all-ones mask: ConvertLayout cannot pass a
       layout through dropout's (output, mask) tuple;
     - a constant operand of a binary op gets the other operand's rank ([C, 1, 1] -> [1, C, 1, 1], the same
@@ -123,7 +69,6 @@ def prepare_for_layout(func, lanes: int):
       x * clip(x + 3, 0, 6) / 6);
     - clip(x, lo, hi) becomes maximum(minimum(x, hi), lo) on scalars (topi.clip's order): TVM has no layout
       inference for clip, so every clip (hardswish, hardsigmoid, relu6) would run NCHW between transforms."""
-    import numpy as np
     import tvm
     from tvm import relax, tirx
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -138,82 +83,32 @@ def prepare_for_layout(func, lanes: int):
             return relax.const(value.reshape(())) if value.ndim else expr
         return relax.const(value.reshape((1,) * (ndim - value.ndim) + value.shape)) if value.ndim < ndim else expr
 
-    from xcomp.graph.passes import bound_value
-    from xcomp.schedules.cpu.legalize import constant_f32
-
-    padded = {}  # var of a channel-padded result -> the channels to keep
-
     @mutator
     class _Preparer(PyExprMutator):
-        def _slice(self, value, channels):
-            var = self.builder_.emit(value)
-            padded[var] = channels
-            return relax.op.strided_slice(var, axes=[1], begin=[0], end=[channels])
-
-        def _bias_before_slice(self, call):
-            """add(slice(padded), bias) -> slice(add(padded, padded bias)): the bias stays in the conv's group."""
-            source, bias = (bound_value(self, a) for a in call.args)
-            if getattr(getattr(source, "op", None), "name", None) != "relax.strided_slice":
-                return None
-            channels = padded.get(source.args[0])
-            value = constant_f32(bias)
-            if channels is None or value is None or value.size != channels:
-                return None
-            if value.shape != (1, channels, 1, 1)[-value.ndim:]:
-                return None
-            width = int(source.args[0].ty.shape[1])
-            vector = np.zeros((1, width, 1, 1), np.float32)
-            vector[0, :channels, 0, 0] = value.reshape(-1)
-            return self._slice(relax.op.add(source.args[0], relax.const(vector)), channels)
-
-        def _slice_after(self, call):
-            """op(slice(padded), scalar...) -> slice(op(padded, scalar...)) for an elementwise op whose other
-            operands are one-element constants or slices of as many channels of as wide a padded tensor (SiLU's
-            x * sigmoid(x)): the op then fuses into the conv's group, and the slice that is left sits between
-            blocked tensors (see blocked_channel_slices). None where that does not apply."""
-            sources = [bound_value(self, a) for a in call.args]
-            sliced = {n: v.args[0] for n, v in enumerate(sources)
-                      if getattr(getattr(v, "op", None), "name", None) == "relax.strided_slice"
-                      and v.args[0] in padded}
-            kept = {padded[var] for var in sliced.values()}
-            widths = {int(var.ty.shape[1]) for var in sliced.values()}
-            if not sliced or len(kept) != 1 or len(widths) != 1:
-                return None
-            if not all(_scalar_constant(a) for n, a in enumerate(call.args) if n not in sliced):
-                return None
-            args = [sliced.get(n, a) for n, a in enumerate(call.args)]
-            return self._slice(relax.Call(call.op, args, call.attrs), kept.pop())
-
-        def _lift(self, call):
-            """`call`, or its slice moved after it (_slice_after)."""
-            lifted = self._slice_after(call)
-            return call if lifted is None else lifted
+        def __init__(self):
+            super().__init__()
+            self.channels = ChannelSlices(self, lanes)
 
         def _clip_as_min_max(self, call):
             data, *bounds = call.args  # the bounds are IntImm / FloatImm arguments
             dtype = getattr(data.ty, "dtype", None)
             if dtype is None or not all(isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in bounds):
                 return call
-            upper = self.builder_.emit(self._lift(relax.op.minimum(data, relax.const(bounds[1].value, dtype))))
-            return self._lift(relax.op.maximum(upper, relax.const(bounds[0].value, dtype)))
+            upper = relax.op.minimum(data, relax.const(bounds[1].value, dtype))
+            upper = self.builder_.emit(self.channels.lifted(upper))
+            return self.channels.lifted(relax.op.maximum(upper, relax.const(bounds[0].value, dtype)))
 
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
-            if name == "relax.nn.conv2d":
-                padding = _pad_channels(call, bound_value(self, call.args[1]), lanes)
-                return call if padding is None else self._slice(*padding)
-            if name == "relax.add":
-                lifted = self._bias_before_slice(call)
-                if lifted is not None:
-                    return lifted
+            if name is None:
+                return call
+            rewritten = self.channels.rewrite(call)
+            if rewritten is not None:
+                return rewritten
             if name == "relax.nn.dropout":
                 data = call.args[0]
                 return relax.Tuple([data, relax.op.ones_like(data)])
-            if name in _ELEMENTWISE:
-                lifted = self._slice_after(call)
-                if lifted is not None:
-                    return lifted
             if name in _BINARY and len(call.args) == 2:
                 ndim = max(getattr(a.ty, "ndim", -1) for a in call.args)
                 if ndim > 0:
@@ -226,51 +121,6 @@ def prepare_for_layout(func, lanes: int):
     return _Preparer().visit_expr(func)
 
 
-def _ints(expr) -> list:
-    """The ints of a relax tuple of PrimValues (strided_slice's axes, begin, end)."""
-    return [int(field.value) for field in expr.fields]
-
-
-def blocked_channel_slices(func, lanes: int):
-    """`func` with each round trip through NCHW for a channel slice of whole vectors,
-    layout_transform(strided_slice(layout_transform(x, NCHW{V}c -> NCHW), channels 0..C), NCHW -> NCHW{V}c),
-    replaced by a slice of x's first C/V channel vectors. ConvertLayout cannot slice the blocked channel axis, so
-    it leaves the round trip wherever a conv's output is padded to whole pairs of vectors (padded_channels) and
-    sliced back for a blocked consumer (a depthwise conv)."""
-    from tvm import relax, tirx
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    from xcomp.graph.passes import bound_value
-
-    def unblock(n, c, h, w, v):
-        return n, c * lanes + v, h, w
-
-    def block(n, c, h, w):
-        return n, c // lanes, h, w, c % lanes
-
-    def is_transform(expr, index_map, ndim) -> bool:
-        return (getattr(getattr(expr, "op", None), "name", None) == "relax.layout_transform"
-                and expr.attrs.index_map.is_equivalent_to(tirx.IndexMap.from_func(index_map, index_dtype="int64"))
-                and getattr(expr.args[0].ty, "ndim", -1) == ndim)
-
-    @mutator
-    class _Rewriter(PyExprMutator):
-        def visit_call_(self, call):  # noqa: N802 (TVM's visitor naming)
-            call = super().visit_call_(call)
-            if not is_transform(call, block, 4):
-                return call
-            sliced = bound_value(self, call.args[0])
-            if getattr(getattr(sliced, "op", None), "name", None) != "relax.strided_slice" or len(sliced.args) != 4:
-                return call
-            source = bound_value(self, sliced.args[0])
-            axes, begin, end = (_ints(a) for a in sliced.args[1:])
-            if axes != [1] or begin != [0] or end[0] % lanes or not is_transform(source, unblock, 5):
-                return call
-            return relax.op.strided_slice(source.args[0], axes=[1], begin=[0], end=[end[0] // lanes])
-
-    return _Rewriter().visit_expr(func)
-
-
 def _has_blocked_conv(mod, lanes: int) -> bool:
     from tvm import relax
 
@@ -278,7 +128,7 @@ def _has_blocked_conv(mod, lanes: int) -> bool:
 
     def visit(expr):
         if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d":
-            found.append(conv_layouts(expr, lanes)[-1] != "NCHW" or _paddable(expr, lanes))
+            found.append(conv_layouts(expr, lanes)[-1] != "NCHW" or paddable(expr, lanes))
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
