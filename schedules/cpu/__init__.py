@@ -12,6 +12,7 @@ from .conv_packed import PackedConvTemplate
 from .conv_unpacked import UnpackedConvTemplate
 from .legalize import legalize_map
 from .matmul import MatmulTemplate
+from .rows import RowTemplate, has_row_partials
 from .winograd import WinogradTemplate
 
 # In order: the first rule that claims a group and whose template accepts it schedules it (rules.py).
@@ -24,6 +25,7 @@ RULES = [
     Rule("conv_depthwise_blocked", of_form("depthwise_blocked"), BlockedDepthwiseConvTemplate),
     Rule("conv_unpacked", of_form("unpacked"), UnpackedConvTemplate),
     Rule("matmul", of_kind("matmul"), MatmulTemplate),
+    Rule("rows", has_row_partials, RowTemplate),
     Rule("generic", any_group, GenericTemplate),
 ]
 
