@@ -385,3 +385,29 @@ def test_channels_padded_to_whole_vectors_stay_padded_until_a_conv_absorbs_them(
     maps = {g.signature for g in module.groups if "layout_transform" in g.name and "x8x8" in g.signature}
     assert maps == {f"1x16x8x8xf32 -> 1x{16 // lanes}x8x8x{lanes}xf32",
                     f"1x{16 // lanes}x8x8x{lanes}xf32 -> 1x16x8x8xf32"}, maps
+
+
+@pytest.mark.parametrize("divide", ["by the map", "by a constant"])
+def test_padding_channels_never_reach_a_conv_as_inf(divide):
+    """A padded conv's padding channels are zeros. 1 / x makes them inf, and a conv that absorbed them would
+    multiply inf by its zero weights: NaN in every output. So a slice moves past a division only when the slice is
+    the dividend; 1 / x keeps it, and the next conv reads only the real channels."""
+    from xcomp.backends import get_backend
+
+    lanes = get_backend("cpu").spec.simd_width
+    channels = lanes + lanes // 4  # no whole number of vectors: padded, and absorbed by the next conv
+    div = (helper.make_node("Div", ["one", "c"], ["d"]) if divide == "by the map"
+           else helper.make_node("Div", ["c", "two"], ["d"]))
+    nodes = [helper.make_node("Conv", ["x", "Wa", "Ba"], ["c"], kernel_shape=[1, 1]), div,
+             helper.make_node("Conv", ["d", "Wb"], ["y"], kernel_shape=[1, 1])]
+    inits = [_const("Wa", (channels, 16, 1, 1), 1), _const("Ba", (channels,), 2, 1.0, 2.0),
+             _const("Wb", (16, channels, 1, 1), 3), _filled("one", 1), _filled("two", 2)]
+    inits = [i for i in inits if i.name != ("two" if divide == "by the map" else "one")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])], inits, opset=13)
+    module = xcomp.compile(model, progress=False)
+    x = {"x": np.random.default_rng(8).uniform(-0.1, 0.1, (1, 16, 6, 6)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    assert np.isfinite(list(module.run(x).values())[0]).all()
+    sliced = any("strided_slice" in g.name for g in module.groups)
+    assert sliced == (divide == "by the map"), [g.name for g in module.groups]
