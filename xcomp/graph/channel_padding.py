@@ -19,16 +19,22 @@ ELEMENTWISE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", 
 SPATIAL = ("relax.mean", "relax.nn.avg_pool2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d")
 
 
-def blockable(call) -> bool:
-    """A conv2d that can run blocked once its output channels are whole vectors: fp32, NCHW/OIHW, no groups,
-    static channels and image size."""
+def static_nchw_conv(call, weight_dims: int) -> bool:
+    """A float32 conv2d in NCHW / OIHW whose channels and image size are static, and the first `weight_dims`
+    dims of its weight: what a conv needs to run blocked (this module's `blockable`, layout.py's depthwise)."""
     attrs = call.attrs
     data, weight = call.args[0].ty, call.args[1].ty
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
         return False
-    if str(data.dtype) != "float32" or int(attrs.groups) != 1 or data.ndim != 4 or weight.ndim != 4:
+    if str(data.dtype) != "float32" or data.ndim != 4 or weight.ndim != 4:
         return False
-    return all(hasattr(d, "value") for d in [*list(data.shape)[1:], weight.shape[0]])
+    return all(hasattr(d, "value") for d in [*list(data.shape)[1:], *list(weight.shape)[:weight_dims]])
+
+
+def blockable(call) -> bool:
+    """A conv2d that can run blocked once its output channels are whole vectors: `static_nchw_conv`, no
+    groups."""
+    return static_nchw_conv(call, 1) and int(call.attrs.groups) == 1
 
 
 def paddable(conv, lanes: int) -> bool:
@@ -47,7 +53,7 @@ def padded_channels(channels: int, lanes: int) -> int:
     return -(-channels // unit) * unit
 
 
-def _zero_padded(value, axis: int, width: int, fill: float = 0.0):
+def _padded(value, axis: int, width: int, fill: float = 0.0):
     """`value` padded with `fill` along `axis` to `width`."""
     import numpy as np
 
@@ -69,7 +75,7 @@ def _pad_output_channels(conv, weight, lanes: int):
     if value is None:
         return None
     channels = value.shape[0]
-    wide = _zero_padded(value, 0, padded_channels(channels, lanes))
+    wide = _padded(value, 0, padded_channels(channels, lanes))
     return relax.Call(conv.op, [conv.args[0], relax.const(wide)], conv.attrs), channels
 
 
@@ -88,7 +94,7 @@ def _widened(expr, channels: int, width: int, fill: float):
         return expr
     if value.dtype != np.float32 or value.size != channels or value.shape != (1, channels, 1, 1)[-value.ndim:]:
         return None
-    return relax.const(_zero_padded(value, value.ndim - 3, width, fill))
+    return relax.const(_padded(value, value.ndim - 3, width, fill))
 
 
 class ChannelSlices:
@@ -199,11 +205,11 @@ class ChannelSlices:
             return None
         groups = int(attrs.groups)
         if groups == 1:
-            return relax.Call(call.op, [source, relax.const(_zero_padded(weight, 1, width))], attrs)
+            return relax.Call(call.op, [source, relax.const(_padded(weight, 1, width))], attrs)
         if not groups == channels == weight.shape[0] or weight.shape[1] != 1:
             return None
         out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) in ("", "void") else attrs.out_dtype
-        conv = relax.op.nn.conv2d(source, relax.const(_zero_padded(weight, 0, width)), attrs.strides,
+        conv = relax.op.nn.conv2d(source, relax.const(_padded(weight, 0, width)), attrs.strides,
                                   attrs.padding, attrs.dilation, width, attrs.data_layout, attrs.kernel_layout,
                                   attrs.out_layout, out_dtype)
         return self.slice(conv, channels)
@@ -254,4 +260,4 @@ def blocked_channel_slices(func, lanes: int):
     return _Rewriter().visit_expr(func)
 
 
-__all__ = ["ChannelSlices", "blockable", "paddable", "padded_channels", "blocked_channel_slices"]
+__all__ = ["ChannelSlices", "static_nchw_conv", "blockable", "paddable", "padded_channels", "blocked_channel_slices"]

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 
 from xcomp.errors import describe
-from xcomp.graph.channel_padding import ChannelSlices, blockable, blocked_channel_slices, paddable
+from xcomp.graph.channel_padding import (ChannelSlices, blockable, blocked_channel_slices, paddable,
+                                         static_nchw_conv)
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +24,10 @@ log = logging.getLogger(__name__)
 def _depthwise_blockable(call, lanes: int) -> bool:
     """A depthwise conv2d (one input channel per output channel) over whole vectors of channels, fp32, NCHW/OIHW,
     static channels and image size: blocked, each channel vector convolves on its own."""
-    attrs = call.attrs
-    data, weight = call.args[0].ty, call.args[1].ty
-    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+    if not static_nchw_conv(call, 2):
         return False
-    if str(data.dtype) != "float32" or data.ndim != 4 or weight.ndim != 4:
-        return False
-    if not all(hasattr(d, "value") for d in [*list(data.shape)[1:], *list(weight.shape)[:2]]):
-        return False
-    channels = int(data.shape[1])
-    return (int(attrs.groups) == channels == int(weight.shape[0]) and int(weight.shape[1]) == 1
+    channels, weight = int(call.args[0].ty.shape[1]), call.args[1].ty
+    return (int(call.attrs.groups) == channels == int(weight.shape[0]) and int(weight.shape[1]) == 1
             and channels % lanes == 0)
 
 
