@@ -132,3 +132,63 @@ def test_outputs_are_the_callers_and_inputs_of_any_layout_work():
     for name, want in zip(later, ort_run(model, other)):
         np.testing.assert_array_equal(later[name], want)
     np.testing.assert_array_equal(again["same_h"], feed["h"])
+
+
+def _unaligned(array):
+    """A copy of `array` whose data starts 4 bytes past a 64-byte boundary: the kernels cannot take it as is."""
+    block = np.empty(array.nbytes + 68, np.uint8)
+    start = -block.ctypes.data % 64 + 4
+    copy = block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def test_fresh_outputs_come_uncopied_and_go_back_in_without_a_copy():
+    """An output each call allocates (a concat, a reshaped matmul) is handed over as it is, and fed back as an
+    input, as a decoder's KV cache is, it reaches the kernels without a copy; outputs that are a constant or a
+    view of an input are copies. Outputs the caller holds keep their values through later calls. An unaligned
+    input that grows by a row reuses its aligned copy's memory."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import make_model
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "W"),
+             numpy_helper.from_array(np.arange(4, dtype=np.float32), "C"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Concat", ["cache", "r"], ["present"], axis=1),
+             helper.make_node("Reshape", ["x", "flat"], ["x_flat"]),
+             helper.make_node("Identity", ["C"], ["constant"]),
+             helper.make_node("MatMul", ["x", "W"], ["mm"]),
+             helper.make_node("Reshape", ["mm", "flat"], ["mm_flat"])]
+    vi = helper.make_tensor_value_info
+    model = make_model(nodes, [vi("cache", TensorProto.FLOAT, [1, "past", 4]), vi("x", TensorProto.FLOAT, [1, 1, 4])],
+                       [vi("present", TensorProto.FLOAT, [1, "total", 4]), vi("x_flat", TensorProto.FLOAT, [4]),
+                        vi("constant", TensorProto.FLOAT, [4]), vi("mm_flat", TensorProto.FLOAT, [4])], inits)
+    module = xcomp.compile(model, progress=False)
+    assert module.info["fresh_outputs"] == [True, False, False, True]
+
+    feed = {"cache": _unaligned(rng.standard_normal((1, 2, 4)).astype(np.float32)),
+            "x": rng.standard_normal((1, 1, 4)).astype(np.float32)}
+    held = []
+    for _step in range(4):
+        out = module.run(feed)
+        for name, want in zip(out, ort_run(model, feed)):
+            np.testing.assert_allclose(out[name], want, rtol=1e-6, atol=1e-6)
+        held.append((out, {name: value.copy() for name, value in out.items()}))
+        assert out["present"].ctypes.data % 64 == 0
+        module._staging.blocks.clear()
+        feed = {"cache": out["present"], "x": rng.standard_normal((1, 1, 4)).astype(np.float32)}
+        out["constant"][:] = -1  # the caller's copy
+    assert 0 not in module._staging.blocks  # every cache fed back went in as it was
+    for out, values in held:
+        for name, value in out.items():
+            np.testing.assert_array_equal(value, values[name] if name != "constant" else -1)
+    np.testing.assert_array_equal(module.run(feed)["constant"], np.arange(4))
+
+    module.run({**feed, "cache": _unaligned(rng.standard_normal((1, 8, 4)).astype(np.float32))})
+    block = module._staging.blocks[0]
+    grown = {**feed, "cache": _unaligned(rng.standard_normal((1, 9, 4)).astype(np.float32))}
+    np.testing.assert_allclose(module.run(grown)["present"], ort_run(model, grown)[0], rtol=1e-6)
+    assert module._staging.blocks[0] is block

@@ -18,8 +18,9 @@ class ScheduleChoice:
     source: str  # "database", "costmodel", "default", "fallback:<reason>"
 
 
-def _lowering_passes(spec, cuda_graph=False):
+def _lowering_passes(spec, fresh_outputs: list, cuda_graph=False):
     """Relax -> VM lowering after our own fusion and scheduling (TVM's default pipeline would fuse again).
+    Appends to `fresh_outputs` which outputs of main each call allocates (runtime/fresh_outputs.py).
     cuda_graph: lift the statically planned kernel sequences into functions the VM captures as CUDA graphs on
     their first call and replays after, one launch instead of one per kernel (Relax's RewriteCUDAGraph, which
     runs right after memory planning and acts only under the relax.backend.use_cuda_graph config)."""
@@ -28,10 +29,13 @@ def _lowering_passes(spec, cuda_graph=False):
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
     from tvm.relax.backend.gpu_generic import pipeline as gpu_generic
 
+    from xcomp.runtime.fresh_outputs import fresh_outputs_recorder
+
     generic = gpu_generic if spec.is_gpu else cpu_generic
     finalize = generic.finalize_passes(None)
+    finalize.insert(1, fresh_outputs_recorder(fresh_outputs))  # after StaticPlanBlockMemory: outputs are allocated
     if cuda_graph:
-        finalize.insert(1, relax.transform.RewriteCUDAGraph())  # after StaticPlanBlockMemory, as TVM's CUDA pipeline
+        finalize.insert(2, relax.transform.RewriteCUDAGraph())  # after StaticPlanBlockMemory, as TVM's CUDA pipeline
     return tvm.transform.Sequential(generic.dataflow_lower_passes(None) + finalize + [_shape_funcs_noalias()])
 
 
@@ -125,17 +129,19 @@ def schedule_module(mod, groups, ctx, best_knobs=None, progress=True, predictor=
 
 
 def build_executable(mod, backend, cuda_graph=False):
-    """tvm.compile the scheduled module for the backend's target (see _lowering_passes for cuda_graph)."""
+    """tvm.compile the scheduled module for the backend's target (see _lowering_passes for cuda_graph):
+    (the executable, one bool per output of main: whether each call allocates it afresh)."""
     import tvm
 
     problem = backend.toolchain_problem()
     if problem:
         raise TargetError(f"cannot build for {backend.target_string} here: {problem}")
+    fresh = []
     try:
         if not cuda_graph:
-            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec))
+            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, fresh)), fresh
         with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, cuda_graph=True))
+            return backend.compile(mod, relax_pipeline=_lowering_passes(backend.spec, fresh, cuda_graph=True)), fresh
     except XcompError:
         raise
     except Exception as err:
@@ -198,7 +204,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
 
         t = time.perf_counter()
         steps.set_postfix_str("build")
-        executable = build_executable(mod, backend, cuda_graph)
+        executable, fresh_outputs = build_executable(mod, backend, cuda_graph)
         timings["build_s"] = time.perf_counter() - t
         steps.update()
     timings["total_s"] = time.perf_counter() - t0
@@ -215,6 +221,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "compile_times": timings,
             "cuda_graph": cuda_graph,
             "float32_math": math,
+            "fresh_outputs": fresh_outputs,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
             "notes": notes + _schedule_notes(groups, choices) + _costmodel_notes(choices) + math_notes,
         },

@@ -123,12 +123,20 @@ class Module:
     def _run_arrays(self, arrays) -> list:
         main, dev, over_dlpack = self._entry()
         try:
-            result = main(*[_to_device(a, dev, self._staging.buffer(i, a) if over_dlpack else None)
+            result = main(*[_to_device(a, dev, self._staging if over_dlpack else None, i)
                             for i, a in enumerate(arrays)])
         except Exception as err:
             raise_runtime_check(err)
         outs = list(result) if not hasattr(result, "numpy") else [result]
-        return [_to_numpy(o) for o in outs]
+        return [_to_numpy(o, copy=not own) for o, own in zip(outs, self._fresh_outputs(len(outs)))]
+
+    def _fresh_outputs(self, count: int) -> list:
+        """Whether each call allocates each output afresh (a module saved before this was recorded, or whose
+        record does not fit, copies every output)."""
+        fresh = self.info.get("fresh_outputs")
+        if isinstance(fresh, list) and len(fresh) == count and all(isinstance(f, bool) for f in fresh):
+            return fresh
+        return [False] * count
 
     def __call__(self, *args, **kwargs):
         outs = self._run_arrays(self._bind(args, kwargs))
@@ -243,45 +251,51 @@ def _checked_array(spec, value):
 
 class _Staging(threading.local):
     """Each thread's 64-byte aligned copies of the inputs, kept from call to call: a fresh buffer for each call
-    costs page faults, more than the copy itself (docs/decisions/call-overhead.md)."""
+    costs page faults, more than the copy itself (docs/decisions/call-overhead.md). A buffer keeps its memory
+    when the input shrinks or grows within it, as a KV cache does by one row a step."""
 
     def __init__(self):
-        self.buffers = {}
+        self.blocks = {}
 
     def buffer(self, index: int, array):
-        """An aligned array of `array`'s shape and dtype for input `index`; None where DLPack cannot take it."""
-        # bool, which numpy does not export over DLPack; empty, whose data pointer an empty slice does not place
-        if array.dtype == bool or not array.size:
-            return None
-        buffer = self.buffers.get(index)
-        if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
-            block = np.empty(array.nbytes + _KERNEL_ALIGNMENT, np.uint8)
-            start = -block.ctypes.data % _KERNEL_ALIGNMENT
-            buffer = block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-            self.buffers[index] = buffer
-        return buffer
+        """An aligned array of `array`'s shape and dtype for input `index`."""
+        block = self.blocks.get(index)
+        if block is None or block.nbytes < array.nbytes + _KERNEL_ALIGNMENT:
+            # room to grow by a quarter before the next reallocation
+            block = np.empty(array.nbytes + array.nbytes // 4 + _KERNEL_ALIGNMENT, np.uint8)
+            self.blocks[index] = block
+        start = -block.ctypes.data % _KERNEL_ALIGNMENT
+        return block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
 
 
-def _to_device(array, dev, staging=None):
-    """`array` as a TVM tensor on `dev`: on the CPU, copied into `staging` (a _Staging buffer) and handed over
-    through DLPack, much cheaper per call than tvm.runtime.tensor, which a small model's latency notices
-    (docs/decisions/call-overhead.md); without one (a GPU, or a dtype DLPack lacks), a copy by tvm.runtime.tensor."""
+def _to_device(array, dev, staging=None, index=0):
+    """`array` as a TVM tensor on `dev`. On the CPU (`staging`, a _Staging) it goes through DLPack, much cheaper
+    per call than tvm.runtime.tensor, which a small model's latency notices (docs/decisions/call-overhead.md):
+    as it is where it is aligned for the kernels and writable (an output of an earlier call, say), else copied
+    into staging buffer `index`. The kernels only read their inputs. Without staging (a GPU), and for what
+    numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not place), a copy by
+    tvm.runtime.tensor."""
     import tvm
     import tvm_ffi
 
-    if staging is None:
+    if staging is None or array.dtype == bool or not array.size:
         return tvm.runtime.tensor(array, dev)
-    np.copyto(staging, array)
-    return tvm_ffi.from_dlpack(staging, require_alignment=_KERNEL_ALIGNMENT)
+    if array.ctypes.data % _KERNEL_ALIGNMENT or not array.flags.writeable:
+        buffer = staging.buffer(index, array)
+        np.copyto(buffer, array)
+        array = buffer
+    return tvm_ffi.from_dlpack(array, require_alignment=_KERNEL_ALIGNMENT)
 
 
-def _to_numpy(tensor):
-    """A numpy copy of an output (a copy: an output can be one of the module's constants, which must not change);
-    through DLPack where numpy takes the dtype, several times faster than .numpy()."""
+def _to_numpy(tensor, copy=True):
+    """An output as a numpy array through DLPack where numpy takes the dtype, several times faster than
+    .numpy(). `copy`: unless each call allocates the output afresh (runtime/fresh_outputs.py), since it can be
+    one of the module's constants, which must not change, or an input."""
     try:
-        return np.from_dlpack(tensor).copy()
+        array = np.from_dlpack(tensor)
     except (BufferError, TypeError, RuntimeError):  # a device tensor, or a dtype numpy's DLPack lacks
         return tensor.numpy()
+    return array.copy() if copy else array
 
 
 def raise_runtime_check(err: Exception):
