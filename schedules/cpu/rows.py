@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..analysis import ROLE, ROW_PARTIALS, root_blocks
 from ..template import Declined
-from .common import CpuTemplate, inline_injective, loop_extent, parallelize
+from . import guard, nest
+from .common import MIN_PARALLEL_ELEMENTS, CpuTemplate, inline_injective, loop_extent, parallelize
 
 
 def has_row_partials(func, kind, ctx) -> bool:  # noqa: ARG001 - the marker is in the func
@@ -22,6 +23,9 @@ def has_row_partials(func, kind, ctx) -> bool:  # noqa: ARG001 - the marker is i
     return kind == "reduction" and any(info.block.annotations.get(ROLE) == ROW_PARTIALS
                                        for info in root_blocks(s_tir.Schedule(func), symbolic=True))
 
+# on a row's column loop of symbolic extent: the vector width `finish` splits it into (_split_vector_tail)
+VECTOR_TAIL = "xcomp.vector_tail"
+
 
 class RowTemplate(CpuTemplate):
     kind = "reduction"
@@ -29,16 +33,18 @@ class RowTemplate(CpuTemplate):
 
     def __init__(self, func, ctx):
         from tvm import s_tir
+        from tvm.sym import Analyzer
 
         super().__init__(func, ctx)
         sch = s_tir.Schedule(func)
         infos = root_blocks(sch, symbolic=True)
-        if any(None in info.extents for info in infos):
-            raise Declined("needs static extents")
-        shape = [int(d) for d in infos[-1].write_buffer().shape]
+        shape = list(infos[-1].write_buffer().shape)
         self.rows = len(shape) - 1
-        if any(list(info.extents[:self.rows]) != shape[:-1] for info in infos):
-            raise Declined("a stage that does not run over the output's rows")
+        same = Analyzer().can_prove_equal
+        for info in infos:
+            extents = [iv.dom.extent for iv in info.block.iter_vars[:self.rows]]
+            if len(extents) < self.rows or not all(map(same, extents, shape)):
+                raise Declined("a stage that does not run over the output's rows")
 
     def knob_space(self):
         return {}
@@ -53,7 +59,9 @@ class RowTemplate(CpuTemplate):
         row = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
         for info in reversed(infos[:-1]):  # consumers first: each producer then lands ahead of them in the row
             sch.compute_at(info.rv, row)
-        parallelize(sch, [row], self.spec.cores)
+        # rows a symbolic dim counts (a batch, a sequence): parallel where their elements repay it at run time
+        if not guard.parallelize(sch, [row], self.spec.cores, MIN_PARALLEL_ELEMENTS):
+            parallelize(sch, [row], self.spec.cores)
         for info in root_blocks(sch, symbolic=True):
             inner = sch.get_loops(info.rv)[1:]
             if info.block.annotations.get(ROLE) == ROW_PARTIALS:
@@ -65,9 +73,13 @@ class RowTemplate(CpuTemplate):
                 self._vectorize_columns(sch, inner[-1])
 
     def _vectorize_columns(self, sch, columns) -> None:
-        """Whole vectors of the row's columns, then the rest as a scalar loop."""
+        """Whole vectors of the row's columns, then the rest as a scalar loop. A symbolic row length is marked
+        and split so in `finish`: loop_partition takes static extents only."""
         lanes = self.spec.simd_width
         count = loop_extent(sch, columns)
+        if count is None:
+            sch.annotate(columns, VECTOR_TAIL, lanes)
+            return
         whole = count // lanes * lanes
         if not whole:
             return
@@ -79,8 +91,74 @@ class RowTemplate(CpuTemplate):
         # each copy gets its own
         import tvm
 
+        func = func.with_body(nest.rebuild(func.body, _split_vector_tail))
         renamed = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func}))["main"]
         return super().finish(renamed)
+
+
+def _split_vector_tail(loop, body, path):  # noqa: ARG001 (nest.rebuild's callback)
+    """A loop marked VECTOR_TAIL as whole vectors (vectorized) and then a scalar loop over the rest. Its body is
+    one stage's block, whose bindings alone use the loop's variable."""
+    from tvm import tirx
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, ForKind, SeqStmt
+
+    lanes = loop.annotations.get(VECTOR_TAIL) if loop.annotations else None
+    if lanes is None or not isinstance(body, SBlockRealize):
+        keep = {k: v for k, v in (loop.annotations or {}).items() if k != VECTOR_TAIL}
+        return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
+    var = loop.loop_var
+    dtype = str(var.ty)
+    zero, lanes = tirx.const(0, dtype), tirx.const(int(lanes), dtype)
+    vectors = tirx.floordiv(loop.extent, lanes)
+    outer, lane, rest = (tirx.Var(f"{var.name}_{part}", dtype) for part in ("o", "v", "t"))
+    whole = For(outer, zero, vectors, ForKind.SERIAL,
+                For(lane, zero, lanes, ForKind.VECTORIZED, _bound(body, var, loop.min + outer * lanes + lane)))
+    tail = For(rest, zero, loop.extent - vectors * lanes, ForKind.SERIAL,
+               _bound(body, var, loop.min + vectors * lanes + rest, renamed=True))
+    return SeqStmt([whole, tail])
+
+
+def _bound(realize, var, value, renamed=False):
+    """The block `realize` with `var` in its bindings and predicate replaced by `value`; `renamed`: with a block
+    of its own, whose iterators are new variables (a copy must not define its block's iterators again, and
+    ConvertSSA leaves those alone)."""
+    from tvm import tirx
+    from tvm.s_tir.stmt import SBlock, SBlockRealize
+
+    bindings = _substitute_exprs(realize.iter_values, {var: value})
+    predicate, = _substitute_exprs([realize.predicate], {var: value})
+    block = realize.block
+    if renamed:
+        fresh = {iv.var: tirx.Var(iv.var.name, str(iv.var.ty)) for iv in block.iter_vars}
+        iter_vars = [tirx.IterVar(iv.dom, fresh[iv.var], iv.iter_type, iv.thread_tag) for iv in block.iter_vars]
+
+        def regions(buffer_regions):
+            return [tirx.BufferRegion(r.source, [tvm_range(*_substitute_exprs([x.min, x.extent], fresh))
+                                                 for x in r.region]) for r in buffer_regions]
+
+        def statement(stmt):  # a PrimFunc's specialization substitutes its scalar parameters
+            return None if stmt is None else tirx.PrimFunc(list(fresh), stmt).specialize(fresh).body
+
+        block = SBlock(iter_vars, regions(block.reads), regions(block.writes), block.name_hint,
+                       statement(block.body), statement(block.init), block.alloc_buffers, block.match_buffers,
+                       block.annotations)
+    return SBlockRealize(bindings, predicate, block)
+
+
+def _substitute_exprs(exprs, mapping) -> list:
+    from tvm.sym import Analyzer
+
+    analyzer = Analyzer()
+    for var, value in mapping.items():
+        analyzer.bind(var, value)
+    return [analyzer.simplify(e) for e in exprs]
+
+
+def tvm_range(begin, extent):
+    import tvm
+
+    return tvm.ir.Range.from_min_extent(begin, extent)
 
 
 __all__ = ["RowTemplate", "has_row_partials"]
