@@ -84,6 +84,10 @@ def graph_passes(spec, notes: list | None = None):
             isolate_scalar_arg_kernels(),
             relax.transform.FuseOps(),
             relax.transform.FuseTIR(),
+            # a group that only reshapes becomes a view of its input here, before scheduling: the VM lowering
+            # does this too, but finds a pure reshape only in an unscheduled func (a symbolic one's schedule
+            # hides the pattern, and it ran as a copy)
+            relax.transform.RewriteDataflowReshape(),
             relax.transform.DeadCodeElimination(),
         ],
         name="xcomp.graph.partition",
