@@ -57,8 +57,7 @@ def _guarded(loop, body, path):  # noqa: ARG001 (nest.rebuild's callback)
 
     least = loop.annotations.get(GUARD) if loop.annotations else None
     if least is None:
-        return loop if body.same_as(loop.body) else For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
-                                                         loop.thread_binding, loop.annotations)
+        return nest.loop_with(loop, body)
     keep = {k: v for k, v in loop.annotations.items() if k != GUARD}
     parallel = For(loop.loop_var, loop.min, loop.extent, ForKind.PARALLEL, body, loop.thread_binding, keep)
     serial = For(loop.loop_var, loop.min, loop.extent, ForKind.SERIAL, body, None, keep)

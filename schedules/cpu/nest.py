@@ -27,4 +27,16 @@ def rebuild(stmt, on_loop, path=()):
     return stmt
 
 
-__all__ = ["rebuild"]
+def loop_with(loop, body, drop=()):
+    """`loop` with `body` and without the annotations named in `drop`: the loop itself where neither changes it
+    (an on_loop callback's answer for a loop it leaves as it was)."""
+    from tvm.tirx import For
+
+    annotations = loop.annotations or {}
+    keep = {k: v for k, v in annotations.items() if k not in drop}
+    if body.same_as(loop.body) and len(keep) == len(annotations):
+        return loop
+    return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
+
+
+__all__ = ["rebuild", "loop_with"]

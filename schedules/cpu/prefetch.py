@@ -62,7 +62,7 @@ def insert(func, emit=None):
     """`func` with its marks turned into prefetches; unchanged when it has none. emit(lines, index) -> Stmt makes
     each prefetch of element `index` of `lines` (the weight viewed flat); by default the prefetch instruction
     (a test makes it record what would be prefetched)."""
-    from tvm.tirx import For, SeqStmt
+    from tvm.tirx import SeqStmt
 
     params = {getattr(p, "name", None): p for p in func.params}
     emit = emit or _prefetch_instruction
@@ -73,10 +73,7 @@ def insert(func, emit=None):
             prefetch = _prefetch([*path, loop], plan, params, emit)
             if prefetch is not None:
                 body = SeqStmt([*prefetch, body])
-        keep = {k: v for k, v in (loop.annotations or {}).items() if k not in (TILE_ROWS, STEP)}
-        if body.same_as(loop.body) and len(keep) == len(loop.annotations or {}):
-            return loop
-        return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
+        return nest.loop_with(loop, body, drop=(TILE_ROWS, STEP))
 
     body = nest.rebuild(func.body, on_loop)
     return func if body.same_as(func.body) else func.with_body(body)

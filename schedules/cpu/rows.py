@@ -105,8 +105,7 @@ def _split_vector_tail(loop, body, path):  # noqa: ARG001 (nest.rebuild's callba
 
     lanes = loop.annotations.get(VECTOR_TAIL) if loop.annotations else None
     if lanes is None or not isinstance(body, SBlockRealize):
-        keep = {k: v for k, v in (loop.annotations or {}).items() if k != VECTOR_TAIL}
-        return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
+        return nest.loop_with(loop, body, drop=(VECTOR_TAIL,))
     var = loop.loop_var
     dtype = str(var.ty)
     zero, lanes = tirx.const(0, dtype), tirx.const(int(lanes), dtype)
@@ -124,6 +123,7 @@ def _bound(realize, var, value, renamed=False):
     of its own, whose iterators are new variables (a copy must not define its block's iterators again, and
     ConvertSSA leaves those alone)."""
     from tvm import tirx
+    from tvm.ir import Range
     from tvm.s_tir.stmt import SBlock, SBlockRealize
 
     bindings = _substitute_exprs(realize.iter_values, {var: value})
@@ -134,7 +134,7 @@ def _bound(realize, var, value, renamed=False):
         iter_vars = [tirx.IterVar(iv.dom, fresh[iv.var], iv.iter_type, iv.thread_tag) for iv in block.iter_vars]
 
         def regions(buffer_regions):
-            return [tirx.BufferRegion(r.source, [tvm_range(*_substitute_exprs([x.min, x.extent], fresh))
+            return [tirx.BufferRegion(r.source, [Range.from_min_extent(*_substitute_exprs([x.min, x.extent], fresh))
                                                  for x in r.region]) for r in buffer_regions]
 
         def statement(stmt):  # a PrimFunc's specialization substitutes its scalar parameters
@@ -153,12 +153,6 @@ def _substitute_exprs(exprs, mapping) -> list:
     for var, value in mapping.items():
         analyzer.bind(var, value)
     return [analyzer.simplify(e) for e in exprs]
-
-
-def tvm_range(begin, extent):
-    import tvm
-
-    return tvm.ir.Range.from_min_extent(begin, extent)
 
 
 __all__ = ["RowTemplate", "has_row_partials"]
