@@ -38,6 +38,7 @@ class Module:
         self.groups = list(groups)
         self.info = dict(info or {})
         self._symbolic = is_symbolic(self.inputs)
+        self._fresh_outputs = _fresh_outputs(self.info, len(self.outputs))
         self._vm = None
         self._main = None
         self._staging = _Staging()
@@ -128,15 +129,8 @@ class Module:
         except Exception as err:
             raise_runtime_check(err)
         outs = list(result) if not hasattr(result, "numpy") else [result]
-        return [_to_numpy(o, copy=not own) for o, own in zip(outs, self._fresh_outputs(len(outs)))]
-
-    def _fresh_outputs(self, count: int) -> list:
-        """Whether each call allocates each output afresh (a module saved before this was recorded, or whose
-        record does not fit, copies every output)."""
-        fresh = self.info.get("fresh_outputs")
-        if isinstance(fresh, list) and len(fresh) == count and all(isinstance(f, bool) for f in fresh):
-            return fresh
-        return [False] * count
+        fresh = self._fresh_outputs if len(outs) == len(self._fresh_outputs) else [False] * len(outs)
+        return [_to_numpy(o, copy=not own) for o, own in zip(outs, fresh)]
 
     def __call__(self, *args, **kwargs):
         outs = self._run_arrays(self._bind(args, kwargs))
@@ -229,6 +223,15 @@ class Module:
 
 # TVM's CPU kernels may assume their buffers 64-byte aligned (numpy aligns to 16)
 _KERNEL_ALIGNMENT = 64
+
+
+def _fresh_outputs(info: dict, count: int) -> list:
+    """Whether each call allocates each output afresh (runtime/fresh_outputs.py); a module saved before this was
+    recorded, or whose record does not fit its outputs, copies every output."""
+    fresh = info.get("fresh_outputs")
+    if isinstance(fresh, list) and len(fresh) == count and all(isinstance(f, bool) for f in fresh):
+        return fresh
+    return [False] * count
 
 
 def _checked_array(spec, value):
