@@ -130,6 +130,27 @@ def test_positions_after_a_kv_cache_keep_the_sequence_dim():
         assert_matches_ort(module, model, random_feed({"x": (1, seq, 8), "past_k": (1, 2, past, 4)}, seed=past))
 
 
+def test_a_kernel_taking_the_cache_length_only_as_a_size_fuses():
+    """Over a cache [1, past + seq, 8] a kernel takes `past` as an argument, since no buffer dim gives it alone.
+    It only sizes the kernel's buffers, so the divide after the matmul is the matmul's epilogue, not a kernel of
+    its own (as one taking a computed scalar still is, test_positions_after_a_kv_cache_keep_the_sequence_dim)."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Concat", ["past", "new"], ["present"], axis=1),
+             helper.make_node("MatMul", ["present", "w"], ["y"]),
+             helper.make_node("Div", ["y", "scale"], ["z"])]
+    value = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    model = make_model(nodes, [value("past", [1, "past", 8]), value("new", [1, "seq", 8])],
+                       [value("z", [1, "total", 32])],
+                       [numpy_helper.from_array(rng.uniform(-1, 1, (8, 32)).astype(np.float32), "w"),
+                        numpy_helper.from_array(np.array(8.0, np.float32), "scale")])
+    module = xcomp.compile(model)
+    assert sorted(g.kind for g in module.groups) == ["injective", "matmul"]  # the concat, then matmul / 8
+    for past, seq in ((0, 3), (5, 1), (40, 2)):
+        assert_matches_ort(module, model, random_feed({"past": (1, past, 8), "new": (1, seq, 8)}, seed=past))
+
+
 @pytest.mark.parametrize("step", [1, -1, 2, -3])
 def test_a_range_from_the_cache_length_counts_either_way(step):
     """range(past, 4, step) for caches shorter and longer than 4: empty where the step points away."""
