@@ -1,5 +1,5 @@
-"""Schedules of a KV-cache decoding step: the groups over a symbolic cache length (attention's concat, its K
-transpose, the scores and their softmax) run parallel and vectorized as the length at run time repays, and match
+"""Schedules of a KV-cache decoding step: the groups over a symbolic cache length (attention's concat, the scores
+over K as it is, their softmax) run parallel and vectorized as the length at run time repays, and match
 onnxruntime at every length."""
 
 from __future__ import annotations
@@ -71,6 +71,41 @@ def test_kv_concat_runs_parallel_over_heads_when_the_cache_is_long(backend):
     assert serial.kind == ForKind.SERIAL
     assert "T.vectorized" in func.script()
     s_tir.Schedule(func)  # well-formed, each copy with its own variables: the cost model reads it so
+
+
+def test_scores_read_the_cache_as_it_is_packed_only_for_many_query_rows(backend):
+    """q k^T over a cache [1, heads, past + seq, d]: one group, no transpose of the cache before it, its scale
+    fused (the size `past` it takes as an argument only sizes its buffers). Its schedule chooses at run time: K
+    packed for 4 query rows or more, dot products along K's rows for fewer. Specialized to one query row, the
+    matmul template leaves it to those dot products. Every path checked against onnxruntime."""
+    from tvm.tirx import IfThenElse
+
+    nodes = [helper.make_node("Concat", ["past", "new"], ["present"], axis=2),
+             helper.make_node("Transpose", ["present"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Div", ["scores", "scale"], ["scaled"])]
+    model = make_model(nodes, [_value(name, (1, HEADS, dim, HEAD_DIM)) for name, dim in
+                               (("q", "seq"), ("past", "past"), ("new", "seq"))],
+                       [_value("scaled", (1, HEADS, "seq", "total"))],
+                       [numpy_helper.from_array(np.array(8.0, np.float32), "scale")])
+    module = xcomp.compile(model)
+    assert sorted(g.kind for g in module.groups) == ["injective", "matmul"]  # the concat, then the scores
+    for seq, past in ((1, 0), (1, 200), (3, 7), (4, 7), (128, 0)):
+        inputs = _inputs(q=(1, HEADS, seq, HEAD_DIM), past=(1, HEADS, past, HEAD_DIM), new=(1, HEADS, seq, HEAD_DIM))
+        assert_matches_ort(module, model, inputs, rtol=RTOL, atol=ATOL)
+    (func,) = _scheduled(module, "matmul", backend)
+    choice = func.body.block.body
+    assert isinstance(choice, IfThenElse) and str(choice.condition) == "seq < T.int64(4)", choice.condition
+    packed_copy = "_global = T.sblock_alloc_buffer"  # cache_read's name for the packed copy of B
+    assert packed_copy in choice.else_case.script() and packed_copy not in choice.then_case.script()
+
+    one_row = {"q": [1, HEADS, 1, HEAD_DIM], "new": [1, HEADS, 1, HEAD_DIM]}
+    module = xcomp.compile(model, input_shapes=one_row)
+    (group,) = [g for g in module.groups if g.kind == "matmul"]
+    assert "dot products along B's rows" in module.info["schedules"][group.key]["source"]
+    for past in (0, 200):
+        inputs = _inputs(q=(1, HEADS, 1, HEAD_DIM), past=(1, HEADS, past, HEAD_DIM), new=(1, HEADS, 1, HEAD_DIM))
+        assert_matches_ort(module, model, inputs, rtol=RTOL, atol=ATOL)
 
 
 def test_vocabulary_projection_streams_six_panels_per_tile(backend):

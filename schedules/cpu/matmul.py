@@ -5,8 +5,11 @@ Per k the tile loads nr vectors of B, broadcasts mr elements of A and does mr * 
 stay in registers. B comes in one of three layouts:
 - packed ([N/V, K, V], constant weights, see legalize.py): each tile column panel is one contiguous stream;
 - nn ([..., K, N], runtime operand): vectors load straight from rows of B, or from a packed copy (`pack_b`);
-- nt ([..., N, K], e.g. attention's Q @ K^T, or any layout whose innermost axis is not N): always copied to the
-  packed layout first, since a vector over N would be a strided gather.
+- nt ([..., N, K], e.g. attention's Q @ K^T, or any layout whose innermost axis is not N): copied to the packed
+  layout first, since a vector over N would be a strided gather. Not for fewer than FEW_ROWS rows of A (a decode
+  step's one query row): there the copy costs more than the product, and dot products along B's rows, each in
+  vector lane partials (the generic schedule), take a quarter of the time. A symbolic M gets both schedules,
+  chosen at run time by its rows.
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
 A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
@@ -22,6 +25,7 @@ from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
 from ..template import Declined, Knob
+from . import nest
 from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue,
                      vector_registers)
 
@@ -30,6 +34,9 @@ MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 SYMBOLIC_PAD_LIMIT = 4
 SYMBOLIC_PAD_VECTORS = 2
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
+# below this many rows of A an "nt" B is read in place (module docstring); 12 heads x 193 cache rows of 64, two
+# threads: 1-3 rows 24-45 us in place against 80 packed, 4 rows 79 against 84, 8 rows 180 against 116
+FEW_ROWS = 4
 
 
 def _uses_all(load, *variables) -> bool:
@@ -81,6 +88,9 @@ class MatmulTemplate(CpuTemplate):
             self.b_axes = (next(n for n in plain if indices[n].same_as(j)),
                            next(n for n in plain if indices[n].same_as(k)))
             self.layout = "nn" if self.b_axes[0] == len(indices) - 1 else "nt"
+        if self.layout == "nt" and self.m is not None and self.m < FEW_ROWS:
+            raise Declined(f"A of {self.m} row(s) over a transposed B: dot products along B's rows (the generic "
+                           "schedule) beat packing B")
         # an N no full vector divides (attention's scores over 197 or 1500 tokens) is padded to whole tiles of
         # full vectors, as a symbolic one is: a narrower vector that divides it ran at half the speed
         self.columns_padded_here = self.layout != "packed" and (
@@ -181,6 +191,13 @@ class MatmulTemplate(CpuTemplate):
         return knobs
 
     # -- schedule ------------------------------------------------------------------------------------------
+
+    def schedule(self, knobs=None):
+        packed = super().schedule(knobs)
+        if self.layout != "nt" or self.m is not None:
+            return packed
+        in_place = self.fallback_schedule()
+        return packed if in_place is None else nest.either(self.m_extent < FEW_ROWS, in_place, packed)
 
     def apply(self, sch, knobs):
         inline_injective(sch)

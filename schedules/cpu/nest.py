@@ -1,5 +1,5 @@
 """Rebuilding a scheduled PrimFunc's loop nest after scheduling, for what schedule primitives cannot express
-(prefetch.py's prefetches, guard.py's run-time parallel choice)."""
+(prefetch.py's prefetches, guard.py's run-time parallel choice, matmul.py's run-time choice of a schedule)."""
 
 from __future__ import annotations
 
@@ -39,4 +39,23 @@ def loop_with(loop, body, drop=()):
     return For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, keep)
 
 
-__all__ = ["rebuild", "loop_with"]
+def either(condition, then_func, else_func):
+    """One PrimFunc running `then_func`'s body where `condition` (an expression of the params' size vars) holds
+    at run time and `else_func`'s elsewhere: two schedules of the same func, so both read the same params. Each
+    branch allocates its own scratch buffers, in a block of its own."""
+    import tvm
+    from tvm import tirx
+    from tvm.s_tir.stmt import SBlock, SBlockRealize
+
+    def branch(func, name):
+        root = func.body.block
+        return SBlockRealize([], tirx.const(True, "bool"), SBlock([], [], [], name, root.body, None,
+                                                                   root.alloc_buffers))
+
+    body = tirx.IfThenElse(condition, branch(then_func, "then"), branch(else_func, "else"))
+    func = else_func.with_body(SBlockRealize([], tirx.const(True, "bool"), SBlock([], [], [], "root", body)))
+    # both bodies define loop variables of the one func both were scheduled from: SSA form gives each its own
+    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func}))["main"]
+
+
+__all__ = ["rebuild", "loop_with", "either"]

@@ -62,11 +62,14 @@ def graph_passes(spec, notes: list | None = None):
     from xcomp.graph.fold_affine import FoldConvAffine
     from xcomp.graph.layout import BlockedConvLayout
     from xcomp.graph.scalar_kernels import isolate_scalar_arg_kernels
+    from xcomp.graph.transposed_matmul import ReadTransposedOperands
 
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
     fold = [FoldConstantsNumpy(), relax.transform.FoldConstant()]
     # GPU convs keep NCHW: their templates (dlight) expect it
     layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width, notes), *fold]
+    # GPU matmul templates have not been measured reading a transposed operand in place
+    operands = [] if spec.is_gpu else [ReadTransposedOperands()]
     return tvm.ir.transform.Sequential(
         [
             # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
@@ -77,6 +80,7 @@ def graph_passes(spec, notes: list | None = None):
             *fold,
             FoldConvAffine(),
             *layout,
+            *operands,
             relax.transform.DeadCodeElimination(),
             relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
             relax.transform.AnnotateTIROpPattern(),
