@@ -399,18 +399,21 @@ def test_conv(args, backend):
     check_configs(group.func, template, backend, samples=6, enumerated=3, extra=extra)
 
 
-def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(backend):
-    """mobilenet_v3's squeeze-excite: a 1x1 conv on a pooled [1, C, 1, 1] vector whose epilogue (hardsigmoid,
-    then scaling a feature map) writes the whole map. The map is scaled in a parallel loop nest of its own after
-    the conv: at the conv's register tile the epilogue would be the whole map, unrolled as a tile's write-back is,
-    more statements than LLVM compiles in reasonable time on a real model. Every config of the space does so and
-    computes the right values."""
+@pytest.mark.parametrize("gate", [helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
+                                  helper.make_node("Sigmoid", ["e"], ["gate"])], ids=["hardsigmoid", "sigmoid"])
+def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(gate, backend):
+    """mobilenet_v3's and efficientnet's squeeze-excite: a 1x1 conv on a pooled [1, C, 1, 1] vector whose
+    epilogue (a gate, then scaling a feature map) writes the whole map. The map is scaled in a parallel loop nest
+    of its own after the conv: at the conv's register tile the epilogue would be the whole map, unrolled as a
+    tile's write-back is, more statements than LLVM compiles in reasonable time on a real model. A costly gate
+    (sigmoid's exponential and division) is computed once per channel, at the tile, not once per element of the
+    map. Every config of the space does so and computes the right values."""
     from tvm import s_tir, tirx
 
     from xcomp.schedules.cpu import get_template
+    from xcomp.schedules.cpu.common import is_costly
 
-    nodes = [helper.make_node("Conv", ["g", "W", "B"], ["e"], kernel_shape=[1, 1]),
-             helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
+    nodes = [helper.make_node("Conv", ["g", "W", "B"], ["e"], kernel_shape=[1, 1]), gate,
              helper.make_node("Mul", ["m", "gate"], ["y"])]
     model = make_model(nodes, [_value("g", (1, 16, 1, 1)), _value("m", (1, 32, 12, 12))],
                        [_value("y", (1, 32, 12, 12))], [_const("W", (32, 16, 1, 1), 1), _const("B", (32,), 2)])
@@ -425,6 +428,7 @@ def test_conv_whose_epilogue_broadcasts_scales_the_map_in_a_loop_of_its_own(back
         conv_outer = sch.get(sch.get_loops(sch.get_sblock(template.conv_name + "_update"))[0])
         assert not loops[0].same_as(conv_outer), knobs  # not nested in the conv's loops
         assert tirx.ForKind.UNROLLED not in [loop.kind for loop in loops], knobs
+        assert not is_costly(sch.get(scale).body.value), knobs
 
 
 def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):

@@ -83,15 +83,36 @@ def output_names(sch) -> set:
 def inline_injective(sch, keep=()) -> None:
     """Inline every spatial block that is not an output into its consumers (epilogue chains collapse into the
     last block); blocks named in `keep` (a pad stage a template wants materialised) or annotated MATERIALIZE
-    stay."""
+    stay, and so does a costly block that a consumer broadcasts: inlined, a squeeze-excite's sigmoid of 144
+    channel gates ran once per element of the 56x56 map it scales."""
     outputs = output_names(sch)
     for info in root_blocks(sch, symbolic=True):
         if info.is_reduction or info.name in keep or info.name in outputs or MATERIALIZE in info.block.annotations:
+            continue
+        if is_costly(getattr(sch.get(info.rv).body, "value", None)) and _spatially_broadcast(sch, info.rv):
             continue
         try:
             sch.compute_inline(info.rv)
         except Exception:  # e.g. its consumer is a reduction that cannot absorb it: it stays a stage
             pass
+
+
+def _spatially_broadcast(sch, block) -> bool:
+    """A spatial consumer of `block` runs over more points than it (a reduction consumer, such as a conv reading
+    its padded input, reads each point several times by design)."""
+    return any(all(int(iv.iter_type) == SPATIAL for iv in sch.get(consumer).iter_vars)
+               and broadcasts(sch, block, consumer) for consumer in sch.get_consumers(block))
+
+
+def is_costly(expr) -> bool:
+    """A division or an intrinsic call (exp, floor, ...) anywhere in the TIR expression `expr`."""
+    import tvm
+    from tvm import tirx
+
+    if expr is None or isinstance(expr, (tirx.Div, tvm.ir.Call)):
+        return expr is not None
+    parts = ("a", "b", "value", "body", "condition", "true_value", "false_value")
+    return any(is_costly(getattr(expr, part)) for part in parts if hasattr(expr, part))
 
 
 def is_pure_copy(info) -> bool:
