@@ -93,6 +93,26 @@ def test_models_use_it_and_match_onnxruntime(tmp_path):
         assert f"call\t{libm}" not in asm.replace("callq", "call"), f"a per-element {libm} call is left"
 
 
+def test_softmax_of_masked_and_far_apart_scores_matches_onnxruntime():
+    """Softmax takes exp of x - max <= 0 only, by a shorter exponential: entries masked to -inf or to float32's
+    lowest (attention masks), scores 100 apart, a NaN (its row is NaN) and a row masked whole (NaN too, as in
+    onnxruntime), over rows with a vector tail."""
+    x = np.random.default_rng(2).normal(0, 4, (6, 101)).astype(np.float32)
+    x[0, 50:] = -np.inf
+    x[1, ::3] = np.finfo(np.float32).min
+    x[2, 7] = 100.0
+    x[3, 9] = np.nan
+    x[4, :] = -np.inf
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 101])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 101])])
+    module = xcomp.compile(model)
+    assert_matches_ort(module, model, {"x": x}, rtol=1e-6, atol=1e-7)
+    y = module.run({"x": x})["y"]
+    assert np.isnan(y[3]).all() and np.isnan(y[4]).all()
+    assert (y[0, 50:] == 0).all() and (y[1, ::3] == 0).all()
+
+
 def test_other_dtypes_keep_tvm_lowering():
     # (onnxruntime has no double Erf or Gelu)
     model = _activations_model([("Exp", {}), ("Softmax", {"axis": -1}), ("Tanh", {}), ("Sigmoid", {})],

@@ -80,13 +80,20 @@ def fast_exp(x):
     return _bind(x, _fast_exp)
 
 
+def _exp_reduced(clamped):
+    """(n, p) with exp(clamped) = 2^n * p: n the nearest integer to clamped / ln 2, p the polynomial of the rest."""
+    from tvm import tirx
+
+    n = tirx.floor(clamped * _const(_LOG2E) + _const(0.5))
+    r = clamped - n * _const(_LN2_HI) - n * _const(_LN2_LO)
+    return n, _horner(r, _EXP_POLY) * r * r + r + _const(1.0)
+
+
 def _fast_exp(x):
     from tvm import tirx
 
     clamped = tirx.max(tirx.min(x, _const(_EXP_MAX)), _const(_EXP_MIN))
-    n = tirx.floor(clamped * _const(_LOG2E) + _const(0.5))
-    r = clamped - n * _const(_LN2_HI) - n * _const(_LN2_LO)
-    poly = _horner(r, _EXP_POLY) * r * r + r + _const(1.0)
+    n, poly = _exp_reduced(clamped)
     # 2^n from float bits, as 2^a * 2^(n-a) with a = n / 2: n runs from -126 to 128, past what one float's
     # exponent field holds at both ends
     whole = tirx.Cast("int32", n)
@@ -94,6 +101,17 @@ def _fast_exp(x):
     value = poly * _power_of_two(half) * _power_of_two(whole - half)
     value = tirx.Select(x < _const(_EXP_MIN), _const(0.0), value)
     value = tirx.Select(x > _const(_EXP_MAX), _const(float("inf")), value)
+    return _keep_nan(x, value)
+
+
+def _exp_of_nonpositive(x):
+    """exp(x) for x <= 0 (softmax's x - max), in a quarter fewer operations than fast_exp: no overflow to handle,
+    and 2^n for n in [-126, 0] is one float's exponent field. Below -87.34 it flushes to 0, as fast_exp does, so a
+    row masked whole (all -inf) sums to 0 and comes out NaN, as in onnxruntime."""
+    from tvm import tirx
+
+    n, poly = _exp_reduced(tirx.max(x, _const(_EXP_MIN)))
+    value = tirx.Select(x < _const(_EXP_MIN), _const(0.0), poly * _power_of_two(tirx.Cast("int32", n)))
     return _keep_nan(x, value)
 
 
@@ -216,7 +234,8 @@ def _row_reduce(x, axis: int, reduce, name: str):
 
 
 def _softmax(log: bool):
-    """softmax / log_softmax over one axis: max, exp of the difference, sum, then divide (or subtract the log)."""
+    """softmax / log_softmax over one axis: max, exp of the difference, sum, then multiply by the sum's inverse
+    (or subtract its log)."""
 
     def compute(x, axis):
         from tvm import te, tirx
@@ -229,13 +248,16 @@ def _softmax(log: bool):
         peak = _row_reduce(x, axis, te.max, "T_softmax_max")
         # computed once and stored: inlined, the exp would be evaluated again for the division (and as scalar
         # code inside the sum's reduction loop)
-        exps = te.compute(x.shape, lambda *i: fast_exp(x(*i) - peak(*row(i))), name="T_softmax_exp",
-                          attrs={MATERIALIZE: 1})
+        exps = te.compute(x.shape, lambda *i: _bind(x(*i) - peak(*row(i)), _exp_of_nonpositive),
+                          name="T_softmax_exp", attrs={MATERIALIZE: 1})
         total = _row_reduce(exps, axis, te.sum, "T_softmax_sum")
         if log:
             return te.compute(x.shape, lambda *i: x(*i) - peak(*row(i)) - tirx.log(total(*row(i))),
                               name="T_log_softmax_norm")
-        return te.compute(x.shape, lambda *i: exps(*i) / total(*row(i)), name="T_softmax_norm")
+        # one division per row: a vector division per element took a quarter of the row's time
+        inverse = te.compute(total.shape, lambda *i: _const(1.0) / total(*i), name="T_softmax_inverse",
+                             attrs={MATERIALIZE: 1})
+        return te.compute(x.shape, lambda *i: exps(*i) * inverse(*row(i)), name="T_softmax_norm")
 
     def lower(bb, call):
         return bb.call_te(compute, call.args[0], int(call.attrs.axis),
