@@ -78,6 +78,7 @@ def test_scores_read_the_cache_as_it_is_packed_only_for_many_query_rows(backend)
     fused (the size `past` it takes as an argument only sizes its buffers). Its schedule chooses at run time: K
     packed for 4 query rows or more, dot products along K's rows for fewer. Specialized to one query row, the
     matmul template leaves it to those dot products. Every path checked against onnxruntime."""
+    from tvm import s_tir
     from tvm.tirx import IfThenElse
 
     nodes = [helper.make_node("Concat", ["past", "new"], ["present"], axis=2),
@@ -98,6 +99,7 @@ def test_scores_read_the_cache_as_it_is_packed_only_for_many_query_rows(backend)
     assert isinstance(choice, IfThenElse) and str(choice.condition) == "seq < T.int64(4)", choice.condition
     packed_copy = "_global = T.sblock_alloc_buffer"  # cache_read's name for the packed copy of B
     assert packed_copy in choice.else_case.script() and packed_copy not in choice.then_case.script()
+    s_tir.Schedule(func)  # well-formed, each branch with its own block iterators: the cost model reads it so
 
     one_row = {"q": [1, HEADS, 1, HEAD_DIM], "new": [1, HEADS, 1, HEAD_DIM]}
     module = xcomp.compile(model, input_shapes=one_row)

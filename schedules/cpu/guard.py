@@ -42,14 +42,11 @@ def parallelize(sch, loops, cores: int, min_elements: int) -> bool:
 def insert(func):
     """`func` with every marked loop split into a parallel and a serial copy behind the test of its elements;
     unchanged when it has none."""
-    import tvm
-
     body = nest.rebuild(func.body, _guarded)
     if body.same_as(func.body):
         return func
     # both copies define the loop's variables and block iterators: SSA form gives each copy its own
-    ssa = tvm.get_global_func("s_tir.transform.ConvertSSA")()
-    return ssa(tvm.IRModule({"main": func.with_body(body)}))["main"]
+    return nest.in_ssa_form(func.with_body(body))
 
 
 def _guarded(loop, body, path):  # noqa: ARG001 (nest.rebuild's callback)

@@ -43,7 +43,6 @@ def either(condition, then_func, else_func):
     """One PrimFunc running `then_func`'s body where `condition` (an expression of the params' size vars) holds
     at run time and `else_func`'s elsewhere: two schedules of the same func, so both read the same params. Each
     branch allocates its own scratch buffers, in a block of its own."""
-    import tvm
     from tvm import tirx
     from tvm.s_tir.stmt import SBlock, SBlockRealize
 
@@ -53,9 +52,19 @@ def either(condition, then_func, else_func):
                                                                    root.alloc_buffers))
 
     body = tirx.IfThenElse(condition, branch(then_func, "then"), branch(else_func, "else"))
-    func = else_func.with_body(SBlockRealize([], tirx.const(True, "bool"), SBlock([], [], [], "root", body)))
-    # both bodies define loop variables of the one func both were scheduled from: SSA form gives each its own
-    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func}))["main"]
+    # both bodies define the loop variables and block iterators of the one func both were scheduled from
+    return in_ssa_form(else_func.with_body(SBlockRealize([], tirx.const(True, "bool"),
+                                                          SBlock([], [], [], "root", body))))
 
 
-__all__ = ["rebuild", "loop_with", "either"]
+def in_ssa_form(func):
+    """`func` with every variable defined once: loop variables, Let variables and block iterators that a rebuild
+    copied get names of their own (TIR's well-formedness check, and so s_tir.Schedule, rejects a second
+    definition)."""
+    import tvm
+
+    convert = tvm.get_global_func("s_tir.transform.ConvertSSA")()
+    return convert(tvm.IRModule({"main": func}))["main"]
+
+
+__all__ = ["rebuild", "loop_with", "either", "in_ssa_form"]

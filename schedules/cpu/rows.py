@@ -89,11 +89,7 @@ class RowTemplate(CpuTemplate):
     def finish(self, func):
         # the partition copies a stage's body, and with it the variables its Lets bind (vector_math's exp):
         # each copy gets its own
-        import tvm
-
-        func = func.with_body(nest.rebuild(func.body, _split_vector_tail))
-        renamed = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func}))["main"]
-        return super().finish(renamed)
+        return super().finish(nest.in_ssa_form(func.with_body(nest.rebuild(func.body, _split_vector_tail))))
 
 
 def _split_vector_tail(loop, body, path):  # noqa: ARG001 (nest.rebuild's callback)
@@ -114,36 +110,18 @@ def _split_vector_tail(loop, body, path):  # noqa: ARG001 (nest.rebuild's callba
     whole = For(outer, zero, vectors, ForKind.SERIAL,
                 For(lane, zero, lanes, ForKind.VECTORIZED, _bound(body, var, loop.min + outer * lanes + lane)))
     tail = For(rest, zero, loop.extent - vectors * lanes, ForKind.SERIAL,
-               _bound(body, var, loop.min + vectors * lanes + rest, renamed=True))
+               _bound(body, var, loop.min + vectors * lanes + rest))
     return SeqStmt([whole, tail])
 
 
-def _bound(realize, var, value, renamed=False):
-    """The block `realize` with `var` in its bindings and predicate replaced by `value`; `renamed`: with a block
-    of its own, whose iterators are new variables (a copy must not define its block's iterators again, and
-    ConvertSSA leaves those alone)."""
-    from tvm import tirx
-    from tvm.ir import Range
-    from tvm.s_tir.stmt import SBlock, SBlockRealize
+def _bound(realize, var, value):
+    """The block `realize` with `var` in its bindings and predicate replaced by `value` (a copy of a block keeps
+    its iterators; RowTemplate.finish's SSA form gives each copy its own)."""
+    from tvm.s_tir.stmt import SBlockRealize
 
     bindings = _substitute_exprs(realize.iter_values, {var: value})
     predicate, = _substitute_exprs([realize.predicate], {var: value})
-    block = realize.block
-    if renamed:
-        fresh = {iv.var: tirx.Var(iv.var.name, str(iv.var.ty)) for iv in block.iter_vars}
-        iter_vars = [tirx.IterVar(iv.dom, fresh[iv.var], iv.iter_type, iv.thread_tag) for iv in block.iter_vars]
-
-        def regions(buffer_regions):
-            return [tirx.BufferRegion(r.source, [Range.from_min_extent(*_substitute_exprs([x.min, x.extent], fresh))
-                                                 for x in r.region]) for r in buffer_regions]
-
-        def statement(stmt):  # a PrimFunc's specialization substitutes its scalar parameters
-            return None if stmt is None else tirx.PrimFunc(list(fresh), stmt).specialize(fresh).body
-
-        block = SBlock(iter_vars, regions(block.reads), regions(block.writes), block.name_hint,
-                       statement(block.body), statement(block.init), block.alloc_buffers, block.match_buffers,
-                       block.annotations)
-    return SBlockRealize(bindings, predicate, block)
+    return SBlockRealize(bindings, predicate, realize.block)
 
 
 def _substitute_exprs(exprs, mapping) -> list:
