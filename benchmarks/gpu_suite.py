@@ -6,7 +6,8 @@ GEMMs: x[m, k] @ w[k, n] as a one-node ONNX model with both operands as inputs, 
 visible GPU (the same path a user takes) and timed by Module.benchmark, against torch.matmul (cuBLAS) on the same
 arrays, timed with CUDA events; the float32 GEMM once more with xcomp's --tf32 beside cuBLAS TF32
 (torch.backends.cuda.matmul.allow_tf32). Knob sweeps: the fp16 GEMM's group alone at the matrix-core template's
-default config, with 2-4 cp.async pipeline stages, and the best of --trials random ones, each checked in the model.
+default config, with each other count of 1-4 cp.async pipeline stages, and the best of --trials random ones, each
+checked in the model.
 Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
 with seeded random weights, exported to ONNX (opset 17, the legacy exporter); xcomp runs them with and without its
 CUDA graphs (cuda_graph=True), torch in eager mode, through torch.compile and through torch.compile(mode=
@@ -172,9 +173,9 @@ def random_search(template, backend, trials: int, seed: int):
 
 
 def run_knob_sweep(m, n, k, dtype, trials, dry_run):
-    """The matrix-core template's default config, the same with 2-4 pipeline stages (cp.async), and the best of
-    `trials` random configs (random_search, timing the group alone). Each named config is then built into the
-    whole one-GEMM model and checked against torch before its time counts: a fast wrong config must not look
+    """The matrix-core template's default config, the same with each other count of 1-4 pipeline stages, and the
+    best of `trials` random configs (random_search, timing the group alone). Each named config is then built into
+    the whole one-GEMM model and checked against torch before its time counts: a fast wrong config must not look
     like a gain."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
@@ -187,7 +188,8 @@ def run_knob_sweep(m, n, k, dtype, trials, dry_run):
     (group,) = [g for g in groups if g.kind == "matmul"]
     template = get_template(group.func, backend.schedule_context())
     default = template.default_knobs()
-    named = {"default": default, **{f"stages_{n_}": {**default, "stages": n_} for n_ in (2, 3, 4)}}
+    named = {"default": default, **{f"stages_{n_}": {**default, "stages": n_} for n_ in (1, 2, 3, 4)
+                                    if n_ != default["stages"]}}
     named = {name: knobs for name, knobs in named.items() if template.valid(knobs)}
     row = {"m": m, "n": n, "k": k, "dtype": dtype, "template": type(template).__name__,
            "default_knobs": default, "trials": trials}
@@ -230,7 +232,8 @@ def build_torch_model(name, dtype, device="cuda"):
         import transformers
 
         config = transformers.BertConfig(return_dict=False, attn_implementation="eager")
-        model, names = transformers.BertModel(config, add_pooling_layer=False), ["input_ids", "attention_mask"]
+        names = ["input_ids", "attention_mask"]
+        model = _called_by_keyword(transformers.BertModel(config, add_pooling_layer=False), names)
 
         def inputs_for(seed):
             ids = torch.randint(0, config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(seed))
@@ -244,6 +247,22 @@ def build_torch_model(name, dtype, device="cuda"):
             image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(seed))
             return (image.to(device, torch_dtype(dtype)),)
     return model.eval().to(device, torch_dtype(dtype)), inputs_for, names
+
+
+def _called_by_keyword(model, names):
+    """`model` with its inputs passed by name: transformers 5 wraps forward() in decorators that misbind the
+    positional arguments torch.onnx traces with ("got multiple values for argument 'use_cache'")."""
+    import torch
+
+    class ByKeyword(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs):
+            return self.model(**dict(zip(names, inputs)))
+
+    return ByKeyword()
 
 
 def export_model(name, dtype, path, device="cuda"):
