@@ -474,10 +474,10 @@ def test_runs_on_visible_gpu(kind, model):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("model", ["matmul_f16", "linear_f16"])
-@pytest.mark.parametrize("knobs", [{}, {"stages": 2}, {"stages": 3}, {"k_frags": 1, "stages": 4},
+@pytest.mark.parametrize("knobs", [{}, {"stages": 1}, {"stages": 3}, {"k_frags": 1, "stages": 4},
                                    {"k_frags": 4, "vector": 4}, {"warps_m": 1, "warps_n": 4, "frags_n": 2, "stages": 2},
                                    {"warps_m": 1, "warps_n": 1, "frags_n": 1}],
-                         ids=["default", "stages2", "stages3", "k16_padded_stages4", "k64_vector4", "n128_stages2",
+                         ids=["default", "stages1", "stages3", "k16_padded_stages4", "k64_vector4", "n128_stages2",
                               "n16_padded"])
 def test_matrix_core_shared_layouts_on_visible_gpu(model, knobs):
     """Each shared-memory layout of the matrix-core template (TVM's permuted rows of 32, 64 and 128 elements, padded

@@ -236,8 +236,13 @@ class MatrixCoreTemplate(Template):
                 "stages": [1, 2, 3, 4] if "cp.async" in self.spec.features else [1]}
 
     def default_knobs(self) -> Knobs:
-        return {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": self._default_k_frags(),
-                "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
+        """2x2 warps of 2x2 fragments; two shared-memory stages where both operands copy whole vectors (cp.async)
+        and both stages fit, since waiting on each tile's copy left the matrix cores idle (docs/gpu-results.md)."""
+        single = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": self._default_k_frags(),
+                  "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
+        pipelined = {**single, "stages": 2}
+        asynchronous = "cp.async" in self.spec.features and all(self.contiguous)
+        return pipelined if asynchronous and self.valid(pipelined) else single
 
     def _default_k_frags(self) -> int:
         """2; where the fragments load element by element, as many as make A's rows 128 bytes (tfloat32: 4): a
