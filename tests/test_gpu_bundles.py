@@ -82,6 +82,7 @@ def test_a_run_past_its_budget_is_interrupted_and_keeps_what_it_wrote(tmp_path):
         "import sys, time\ntry:\n    print('started', flush=True)\n    time.sleep(120)\n"
         "except KeyboardInterrupt:\n    print('interrupted: results.json kept', flush=True)\n    sys.exit(130)\n")
     with open(tmp_path / "run.log", "w") as log:
-        row = bundles.run_one(str(tmp_path), 5, log, dry_run=False)
-    assert row["rc"] == 130 and 5 <= row["seconds"] < 60
+        row = bundles.run_one(str(tmp_path), bundles.INTERRUPT_GRACE_S + 5, log, dry_run=False)
+    # SIGINT 5 s in, early enough for run.py to answer before the limit, where it would be killed
+    assert row["rc"] == 130 and 5 <= row["seconds"] < bundles.INTERRUPT_GRACE_S + 5
     assert (tmp_path / "run.log").read_text().splitlines() == ["started", "interrupted: results.json kept"]

@@ -32,6 +32,7 @@ BUNDLES = os.path.join(REPO, "tools", "gpu", "bundles")
 RECORDS = os.path.join(REPO, "benchmarks", "records")
 TARGET = "cuda:sm_90"
 RESULTS_ARCHIVE = "bundle-results.tar.gz"  # the one file run_all.sh's bundle step adds to $OUT
+INTERRUPT_GRACE_S = 15  # from run.py's SIGINT to its kill: results.json is written in this time
 # Where `run` also keeps each results.json on the device: a later call on the same warm machine gets a fresh copy
 # of the tree, and run.py goes on from this copy (it ignores one of another bundle).
 KEPT = "/tmp/xcomp-bundle-results"
@@ -220,8 +221,8 @@ def waiting(bundles=BUNDLES) -> list:
 
 
 def run_one(folder: str, seconds: float, log, dry_run: bool) -> dict:
-    """Run the bundle's run.py for at most `seconds`; at the limit it gets SIGINT, which it answers by keeping
-    results.json as it stands (every candidate measured so far), then is killed 15 s later if still there.
+    """Run the bundle's run.py for at most `seconds`; INTERRUPT_GRACE_S before the limit it gets SIGINT, which it
+    answers by keeping results.json as it stands (every candidate measured so far), and at the limit it is killed.
     dry_run: with every GPU hidden, so run.py stops at its device check having timed nothing."""
     start = time.perf_counter()
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="") if dry_run else None
@@ -230,11 +231,11 @@ def run_one(folder: str, seconds: float, log, dry_run: bool) -> dict:
     proc = subprocess.Popen([sys.executable, os.path.join(folder, "run.py")], stdout=log, stderr=subprocess.STDOUT,
                             env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        rc = proc.wait(timeout=max(1.0, seconds))
+        rc = proc.wait(timeout=max(1.0, seconds - INTERRUPT_GRACE_S))
     except subprocess.TimeoutExpired:
         proc.send_signal(2)  # SIGINT: run.py's KeyboardInterrupt path
         try:
-            rc = proc.wait(timeout=15)
+            rc = proc.wait(timeout=INTERRUPT_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             rc = proc.wait()
@@ -242,8 +243,9 @@ def run_one(folder: str, seconds: float, log, dry_run: bool) -> dict:
 
 
 def run(out: str, budget_s: float, dry_run: bool = False, bundles=BUNDLES) -> dict:
-    """Measure every waiting bundle while `budget_s` lasts, then pack each one's results.json and log, and a
+    """Measure every waiting bundle while `budget_s` lasts, packing each one's results.json and log, and a
     summary, into OUT/bundle-results.tar.gz: one file, whatever the number of bundles (the device tool returns 8).
+    The archive is rewritten after each bundle, so a call killed at its limit still returns the bundles before.
     dry_run: the rehearsal, with or without a GPU: run.py starts with every GPU hidden and stops at its device
     check, which proves that every bundle is found, that its script starts, and that the packing works."""
     deadline = time.monotonic() + budget_s
@@ -257,7 +259,7 @@ def run(out: str, budget_s: float, dry_run: bool = False, bundles=BUNDLES) -> di
             except (OSError, ValueError, KeyError) as err:  # one broken bundle must not cost the others their turn
                 summary["bundles"][name] = {"error": f"{type(err).__name__}: {err}"}
                 continue
-            if left < 10:
+            if left < INTERRUPT_GRACE_S + 10:
                 row["skipped"] = f"budget spent ({budget_s:.0f}s)"
                 print(f"bundle {name}: {row['skipped']}, it waits for the next call", flush=True)
                 continue
@@ -275,12 +277,21 @@ def run(out: str, budget_s: float, dry_run: bool = False, bundles=BUNDLES) -> di
                 row.update(measured=len(doc["results"]), complete=doc["complete"])
                 shutil.copy(results, os.path.join(logs, name, "results.json"))
             print(f"bundle {name}: {json.dumps(row)}", flush=True)
-        with open(os.path.join(logs, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1)
-        with tarfile.open(os.path.join(out, RESULTS_ARCHIVE), "w:gz") as tar:
-            for name in sorted(os.listdir(logs)):
-                tar.add(os.path.join(logs, name), arcname=name)
+            _pack(logs, summary, out)
+        _pack(logs, summary, out)
     return summary
+
+
+def _pack(logs: str, summary: dict, out: str) -> None:
+    """The summary and every bundle's log and results so far into OUT's archive, replaced whole (never half
+    written)."""
+    with open(os.path.join(logs, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    archive = os.path.join(out, RESULTS_ARCHIVE)
+    with tarfile.open(archive + ".part", "w:gz") as tar:
+        for name in sorted(os.listdir(logs)):
+            tar.add(os.path.join(logs, name), arcname=name)
+    os.replace(archive + ".part", archive)
 
 
 def main(argv=None) -> int:
