@@ -861,6 +861,48 @@ def test_softmax_rows_of_symbolic_count_and_length_run_start_to_end_too(backend)
     assert script.count("T.vectorized") >= 8  # both copies: max and sum partials, exponentials, quotients
 
 
+@pytest.mark.parametrize("shape", [(3, 40, 197), ("b", 4, "n", "n")], ids=["static", "symbolic"])
+def test_softmax_rows_prefetch_the_next_row_while_computing_exponentials(shape, backend):
+    """Each vector step of a row's exponentials prefetches the line at its columns in the next row of the input
+    and of the output, so the next row's first pass finds them in cache: without, it waited on memory line by
+    line (whisper's 1x6x1500x1500 scores: 11.4 -> 6.9 ms). The last row prefetches nothing."""
+    import re
+
+    from xcomp.pipeline import schedule_group
+
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_value("x", shape)],
+                       [_value("y", shape)], opset=17)
+    module = xcomp.compile(model)
+    concrete = (3, 40, 197) if shape[-1] == 197 else (2, 4, 37, 37)
+    assert_matches_ort(module, model, _inputs(x=concrete), rtol=RTOL, atol=ATOL)
+    (group,) = _groups(module, "reduction")
+    script = schedule_group(group, backend.schedule_context(), None)[0].script()
+    fetch = re.compile(r"T\.prefetch\(T\.address_of\((\w+)_rows\[\((\w+) \+ T\.int64\(1\)\) \* (\S+) \+ (\w+) \* "
+                       r"T\.int64\((\d+)\)\]\)")
+    lines = script.splitlines()
+    found = [(n, fetch.search(line)) for n, line in enumerate(lines) if "T.prefetch" in line]
+    assert found and all(match for _, match in found), found
+    for n, match in found:
+        buffer, row, length, step, lanes = match.groups()
+        assert length == ("T.int64(197)" if shape[-1] == 197 else "n") and int(lanes) == backend.spec.simd_width
+        loops, indent = [], _indent(lines[n])  # the loops around the prefetch, innermost first
+        for line in reversed(lines[:n]):
+            if _indent(line) < indent:
+                indent = _indent(line)
+                if line.lstrip().startswith("for "):
+                    loops.append(line.split()[1])
+        assert loops[0] == step and loops[-1] == row  # one line per vector step; the rows outermost
+        guard = next(line for line in reversed(lines[:n]) if line.lstrip().startswith("if "))
+        assert f"{row} + T.int64(1) < " in guard  # not past the last row
+        block = next(line for line in lines[n:] if "T.sblock(" in line)
+        assert '"T_softmax_exp' in block  # the step's vector computes exponentials
+    assert {match.group(1) for _, match in found} == {"x", "T_softmax_norm"}
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
 def test_a_row_of_no_whole_number_of_vectors_stays_a_loop_inside_the_parallel_rows(backend):
     """An element-wise group over rows of 197: the rows run in parallel and each row is a plain loop that LLVM
     vectorizes; fused into one parallel loop, every element computed its row by a division."""

@@ -65,7 +65,7 @@ def insert(func, emit=None):
     from tvm.tirx import SeqStmt
 
     params = {getattr(p, "name", None): p for p in func.params}
-    emit = emit or _prefetch_instruction
+    emit = emit or instruction
 
     def on_loop(loop, body, path):
         plan = loop.annotations.get(STEP) if loop.annotations else None
@@ -79,7 +79,8 @@ def insert(func, emit=None):
     return func if body.same_as(func.body) else func.with_body(body)
 
 
-def _prefetch_instruction(lines, index):
+def instruction(lines, index):
+    """Prefetch element `index` of buffer `lines` into the L2."""
     from tvm import tirx
 
     address = tirx.address_of(tirx.BufferLoad(lines, [index]))
@@ -126,4 +127,4 @@ def _prefetch(path, plan, params, emit):
             IfThenElse(tirx.all(row >= first_row, tile + 1 < tiles), lines_loop, None)]
 
 
-__all__ = ["pays", "mark", "insert"]
+__all__ = ["pays", "mark", "insert", "instruction"]
