@@ -131,21 +131,29 @@ def has_sliding_window(block) -> bool:
     return False
 
 
-def branch_conditions(expr):
-    """The conditions of every if_then_else in `expr` (a block's stored value)."""
+def subexpressions(expr):
+    """`expr` and every expression inside it: operands, call arguments, load indices, a Let's value and body."""
     import tvm
 
     pending = [expr]
     while pending:
         node = pending.pop()
-        if isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "").endswith("if_then_else"):
-            yield node.args[0]
-        for field in ("a", "b", "value", "condition", "true_value", "false_value"):
+        yield node
+        for field in ("a", "b", "value", "body", "condition", "true_value", "false_value"):
             child = getattr(node, field, None)
             if isinstance(child, tvm.ir.expr.Expr):
                 pending.append(child)
         pending.extend(getattr(node, "args", ()))
         pending.extend(getattr(node, "indices", ()))
+
+
+def branch_conditions(expr):
+    """The conditions of every if_then_else in `expr` (a block's stored value)."""
+    import tvm
+
+    for node in subexpressions(expr):
+        if isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "").endswith("if_then_else"):
+            yield node.args[0]
 
 
 def branches_along(block, axis: int) -> bool:
@@ -220,5 +228,5 @@ def symbolic_vars(func) -> list:
 
 
 __all__ = ["KINDS", "WINOGRAD", "FLOPS", "ROLE", "DEPTHWISE_INPUT", "ROW_PARTIALS", "BlockInfo", "root_blocks",
-           "mac_operands", "has_sliding_window", "branches_along", "main_reduction", "with_role", "is_winograd",
-           "classify_blocks", "classify", "symbolic_vars"]
+           "mac_operands", "has_sliding_window", "subexpressions", "branches_along", "main_reduction", "with_role",
+           "is_winograd", "classify_blocks", "classify", "symbolic_vars"]

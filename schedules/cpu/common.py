@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..analysis import REDUCE, SPATIAL, branches_along, main_reduction, root_blocks
+from ..analysis import REDUCE, SPATIAL, branches_along, main_reduction, root_blocks, subexpressions
 from ..template import Knob, Knobs, Template
 from . import guard
 
@@ -105,14 +105,11 @@ def _spatially_broadcast(sch, block) -> bool:
 
 
 def is_costly(expr) -> bool:
-    """A division or an intrinsic call (exp, floor, ...) anywhere in the TIR expression `expr`."""
+    """A division or an intrinsic call (exp, floor, ...) anywhere in the TIR expression `expr` (None: no)."""
     import tvm
     from tvm import tirx
 
-    if expr is None or isinstance(expr, (tirx.Div, tvm.ir.Call)):
-        return expr is not None
-    parts = ("a", "b", "value", "body", "condition", "true_value", "false_value")
-    return any(is_costly(getattr(expr, part)) for part in parts if hasattr(expr, part))
+    return expr is not None and any(isinstance(node, (tirx.Div, tvm.ir.Call)) for node in subexpressions(expr))
 
 
 def is_pure_copy(info) -> bool:
