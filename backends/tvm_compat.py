@@ -4,9 +4,11 @@
 - TVM_NUM_THREADS: TVM's thread pool assumes two SMT threads per x86 core and starts one worker per *two*
   hardware threads, so on a 2-core VM without SMT it would run one thread (docs/decisions/thread-count.md). Size
   it by physical cores instead, before the pool first starts; a value the user set still wins.
-- TVM_THREAD_POOL_SPIN_COUNT=0: TVM's workers sleep as soon as a parallel region's work is done instead of spinning.
-  On a busy host a spinning pool made each region wait for a descheduled worker (docs/decisions/thread-count.md);
-  on a quiet one it gained nothing measurable. A value the user set still wins.
+- TVM_THREAD_POOL_SPIN_COUNT=1000: TVM's workers spin through a thousand yields (about half a millisecond) after a
+  parallel region before they sleep, so the next region finds them awake: waking a sleeping one cost 35 us a region
+  on a VM, which doubled a small CNN's latency. On a host busier than its cores a spinning worker makes each region
+  wait for a time slice; runtime/thread_pool.py then runs the calls on one thread (docs/decisions/thread-count.md).
+  A value the user set still wins.
 - The ROCm callbacks (rocm/toolchain.py): linking with LLVM 22's ld.lld, and no device bitcode libraries where
   ROCm is not installed. TVM registers its own when tvm.support.rocm is imported; ours override them.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+SPIN_COUNT = 1000  # yields a pool worker spins through before it sleeps
 _prepared = False
 
 
@@ -29,7 +32,7 @@ def prepare() -> None:
     from .rocm.toolchain import device_bitcode, link_code_object
 
     os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(SPIN_COUNT))
     tvm_ffi.register_global_func("tvm_callback_rocm_link", link_code_object, override=True)
     tvm_ffi.register_global_func("tvm_callback_rocm_bitcode_path", device_bitcode, override=True)
     _prepared = True

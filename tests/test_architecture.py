@@ -185,11 +185,13 @@ def test_tvm_process_state_is_changed_in_one_module():
 
 
 @pytest.mark.parametrize("user_value", [None, "5"])
-def test_thread_pool_workers_sleep_between_regions_unless_the_user_says(user_value):
-    """A fresh process that makes a backend runs TVM's pool with spin count 0 (docs/decisions/thread-count.md),
-    and keeps a spin count the user set."""
+def test_thread_pool_workers_spin_between_regions_unless_the_user_says(user_value):
+    """A fresh process that makes a backend runs TVM's pool with tvm_compat's spin count
+    (docs/decisions/thread-count.md), and keeps a spin count the user set."""
     import subprocess
     import sys
+
+    from xcomp.backends import tvm_compat
 
     env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
     if user_value is not None:
@@ -197,4 +199,4 @@ def test_thread_pool_workers_sleep_between_regions_unless_the_user_says(user_val
     code = ("import os; from xcomp.backends import get_backend; get_backend('cpu'); "
             "print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == (user_value or "0")
+    assert out.strip() == (user_value or str(tvm_compat.SPIN_COUNT))

@@ -15,6 +15,7 @@ import numpy as np
 from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
 from xcomp.runtime.signature import concrete_shape, dim_sizes, is_symbolic
+from xcomp.runtime.thread_pool import pool_governor
 from xcomp.timing import time_calls
 
 ARTIFACT_FORMAT = 1
@@ -80,8 +81,8 @@ class Module:
         return self._vm
 
     def _entry(self):
-        """(main, device, whether inputs go over DLPack), looked up once: a small model's call is short enough
-        for these lookups to show."""
+        """(main, device, whether it is the CPU: inputs go over DLPack, calls through the pool's governor), looked
+        up once: a small model's call is short enough for these lookups to show."""
         if self._main is None:
             dev = self._backend.device()
             # not the CPU (kDLCPU = 1): a GPU gets a copy through tvm.runtime.tensor
@@ -122,10 +123,10 @@ class Module:
         return [given[n] for n in names]
 
     def _run_arrays(self, arrays) -> list:
-        main, dev, over_dlpack = self._entry()
+        main, dev, on_cpu = self._entry()
+        args = [_to_device(a, dev, self._staging if on_cpu else None, i) for i, a in enumerate(arrays)]
         try:
-            result = main(*[_to_device(a, dev, self._staging if over_dlpack else None, i)
-                            for i, a in enumerate(arrays)])
+            result = pool_governor().run(lambda: main(*args)) if on_cpu else main(*args)
         except Exception as err:
             raise_runtime_check(err)
         outs = list(result) if not hasattr(result, "numpy") else [result]

@@ -1,0 +1,94 @@
+"""TVM's CPU thread pool, run on one thread while the host does not give the pool its cores.
+
+TVM splits each parallel region statically: the calling thread waits for every worker's share. Its workers spin
+between regions (backends/tvm_compat.py), which saves a wake-up per region, but a spinning worker that the scheduler
+has put behind other processes makes every region wait for a time slice, and a model then runs tens of times slower
+(docs/decisions/thread-count.md). The calling thread runs a share of each region and spins while it waits for the
+others, yielding its core to whoever else is runnable: its CPU time over a call's wall time says what share of a
+core the pool's threads got. (The process's CPU time would count the workers too, but Linux adds a running
+thread's time to it only at ticks and switches: it missed whole calls of a millisecond.) With too small a share,
+one thread runs the calls, since it waits for no one, and the whole pool is tried again now and then.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+CONTENDED_SHARE = 0.6  # a call whose calling thread got less of its wall time on a core was contended
+RECOVERED_SHARE = 0.85  # a trial call of the whole pool that got at least this finds the cores back
+# Contended calls in a row, and their seconds, before the pool shrinks: one slow call can be a page fault or an
+# interrupt, and a new process's first milliseconds its calling thread sharing a core with a worker until Linux
+# moves it (seen for 3-12 calls of a small CNN).
+STRIKES, CONTENDED_FOR_S = 3, 0.1
+# Waits before trying the whole pool again: doubling while trials fail, from the first again once the whole pool
+# has run for the longest wait since it came back.
+FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
+_BIG_CORES = 1  # TVM's ThreadGroup::kBig, the affinity mode its pool starts with
+
+_local = threading.local()
+
+
+class PoolGovernor:
+    """The thread count of one launching thread's pool: TVM keeps a pool per thread that launches work."""
+
+    def __init__(self, size: int, configure, clock=time.perf_counter, cpu_clock=time.thread_time):
+        self.size = size  # the whole pool
+        self.threads = size  # in use now
+        self._configure = configure  # threads -> None: sets the pool's thread count
+        self._clock, self._cpu_clock = clock, cpu_clock
+        self._strikes, self._contended_s = 0, 0.0
+        self._retry_wait = FIRST_RETRY_S
+        self._retry_at = 0.0
+        self._restored_at = float("-inf")
+
+    def run(self, call):
+        """call(), on the threads the pool gets now; its share of them decides the next calls' count."""
+        if self.size == 1:
+            return call()
+        trial = self.threads < self.size and self._clock() >= self._retry_at
+        if trial:
+            self._use(self.size)
+        start, cpu_start = self._clock(), self._cpu_clock()
+        try:
+            return call()
+        finally:
+            now = self._clock()
+            if now > start:
+                self._observe((self._cpu_clock() - cpu_start) / (now - start), trial, now, now - start)
+
+    def _observe(self, share: float, trial: bool, now: float, elapsed: float) -> None:
+        if trial:
+            if share >= RECOVERED_SHARE:
+                self._restored_at = now
+            else:
+                self._shrink(now, min(2 * self._retry_wait, LAST_RETRY_S))
+        elif self.threads == self.size:
+            contended = share < CONTENDED_SHARE
+            self._strikes = self._strikes + 1 if contended else 0
+            self._contended_s = self._contended_s + elapsed if contended else 0.0
+            if self._strikes >= STRIKES and self._contended_s >= CONTENDED_FOR_S:
+                recent = now - self._restored_at < LAST_RETRY_S
+                self._shrink(now, min(2 * self._retry_wait, LAST_RETRY_S) if recent else FIRST_RETRY_S)
+
+    def _shrink(self, now: float, wait: float) -> None:
+        self._use(1)
+        self._strikes, self._contended_s = 0, 0.0
+        self._retry_wait = wait
+        self._retry_at = now + wait
+
+    def _use(self, threads: int) -> None:
+        self._configure(threads)
+        self.threads = threads
+
+
+def pool_governor() -> PoolGovernor:
+    """The calling thread's governor, made with its pool on first use."""
+    governor = getattr(_local, "governor", None)
+    if governor is None:
+        import tvm
+
+        configure = tvm.get_global_func("runtime.config_threadpool")
+        size = int(tvm.get_global_func("runtime.NumThreads")())
+        governor = _local.governor = PoolGovernor(size, lambda threads: configure(_BIG_CORES, threads))
+    return governor
