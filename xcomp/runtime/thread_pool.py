@@ -43,7 +43,8 @@ class PoolGovernor:
         self._restored_at = float("-inf")
 
     def run(self, call):
-        """call(), on the threads the pool gets now; its share of them decides the next calls' count."""
+        """call(), on the pool's threads in use; the calling thread's share of a core during it decides how many
+        the next calls use."""
         if self.size == 1:
             return call()
         trial = self.threads < self.size and self._clock() >= self._retry_at
