@@ -138,7 +138,7 @@ def test_the_governor_sets_the_calling_threads_tvm_pool():
         governor = thread_pool.pool_governor()
         seen["size"] = governor.size
         for _ in range(STRIKES):
-            governor.run(lambda: time.sleep(CONTENDED_FOR_S / 2))  # the calling thread gets no CPU time
+            governor.run(time.sleep, CONTENDED_FOR_S / 2)  # the calling thread gets no CPU time
         seen["threads"] = governor.threads, int(tvm.get_global_func("runtime.NumThreads")())
         seen["outputs"] = module.run(inputs)
         seen["same governor"] = thread_pool.pool_governor() is governor

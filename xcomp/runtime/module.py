@@ -126,7 +126,7 @@ class Module:
         main, dev, on_cpu = self._entry()
         args = [_to_device(a, dev, self._staging if on_cpu else None, i) for i, a in enumerate(arrays)]
         try:
-            result = pool_governor().run(lambda: main(*args)) if on_cpu else main(*args)
+            result = pool_governor().run(main, *args) if on_cpu else main(*args)
         except Exception as err:
             raise_runtime_check(err)
         outs = list(result) if not hasattr(result, "numpy") else [result]

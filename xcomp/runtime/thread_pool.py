@@ -42,17 +42,17 @@ class PoolGovernor:
         self._retry_at = 0.0
         self._restored_at = float("-inf")
 
-    def run(self, call):
-        """call(), on the pool's threads in use; the calling thread's share of a core during it decides how many
-        the next calls use."""
+    def run(self, func, *args):
+        """func(*args), on the pool's threads in use; the calling thread's share of a core during it decides how
+        many the next calls use."""
         if self.size == 1:
-            return call()
+            return func(*args)
         trial = self.threads < self.size and self._clock() >= self._retry_at
         if trial:
             self._use(self.size)
         start, cpu_start = self._clock(), self._cpu_clock()
         try:
-            return call()
+            return func(*args)
         finally:
             now = self._clock()
             if now > start:
