@@ -11,7 +11,8 @@ import pytest
 from conftest import tiny_mlp
 
 from xcomp.runtime import thread_pool
-from xcomp.runtime.thread_pool import CONTENDED_FOR_S, FIRST_RETRY_S, LAST_RETRY_S, STRIKES, PoolGovernor
+from xcomp.runtime.thread_pool import (CONTENDED_FOR_S, FIRST_RETRY_S, LAST_RETRY_S, MEASURED_AFTER_S, STRIKES,
+                                       PoolGovernor)
 
 
 class _Host:
@@ -112,6 +113,21 @@ def test_the_waits_start_again_after_the_whole_pool_ran_for_the_last_wait():
     for _ in range(STRIKES):  # contended after a long healthy run: the first wait again
         host.call(governor, share=0.05)
     assert governor._retry_at - host.now == pytest.approx(FIRST_RETRY_S)
+
+
+def test_calls_after_a_short_one_skip_the_cpu_time_reads():
+    host = _Host()
+    reads = []
+    governor = PoolGovernor(2, host.configured.append, clock=lambda: host.now,
+                            cpu_clock=lambda: reads.append(host.now) or host.cpu_time)
+    host.call(governor, wall=MEASURED_AFTER_S / 2)  # the first call is measured
+    for _ in range(10):
+        host.call(governor, wall=MEASURED_AFTER_S / 2)
+    assert len(reads) == 2
+    host.call(governor, wall=1.0, share=0.05)  # slow (contended): after it, calls are measured
+    for _ in range(STRIKES):
+        host.call(governor, wall=1.0, share=0.05)
+    assert len(reads) == 2 + 2 * STRIKES and governor.threads == 1
 
 
 def test_a_one_thread_pool_is_left_alone():
