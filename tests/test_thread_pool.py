@@ -168,3 +168,30 @@ def test_the_governor_sets_the_calling_threads_tvm_pool():
     assert seen["same governor"] and thread_pool.pool_governor() is not None
     for name, value in expected.items():
         np.testing.assert_array_equal(seen["outputs"][name], value)
+
+
+def test_the_contention_benchmark_times_both_runtimes_and_stops_its_busy_processes(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import onnx
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(tiny_mlp(batch=64), model)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "contention.py")
+    subprocess.run([sys.executable, script, str(model), "--busy", "0", "--busy", "1", "--repeat", "10",
+                    "--json", str(tmp_path / "out.json")], check=True, capture_output=True, timeout=300)
+    rows = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert [row["busy"] for row in rows] == [0, 1]
+    assert all(row["xcomp_ms"] > 0 and row["onnxruntime_ms"] > 0 and row["xcomp_threads"] >= 1 for row in rows)
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _command_line(pid).endswith("while True: pass")]
+
+
+def _command_line(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:  # the process ended meanwhile
+        return ""
