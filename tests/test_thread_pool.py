@@ -78,6 +78,21 @@ def test_a_trial_of_the_whole_pool_restores_it_once_the_cores_are_back():
     assert governor.threads == 2 and host.configured == [1, 2]
 
 
+def test_a_trial_s_share_leaves_out_the_time_reconfiguring_the_pool_takes():
+    host = _Host()
+
+    def slow_configure(threads):  # the calling thread waits, off its core, while the pool changes
+        host.configured.append(threads)
+        host.now += 1.0
+
+    governor = PoolGovernor(2, slow_configure, clock=lambda: host.now, cpu_clock=lambda: host.cpu_time)
+    for _ in range(STRIKES):
+        host.call(governor, share=0.05)
+    host.now = governor._retry_at
+    host.call(governor, wall=0.01, share=0.95)
+    assert governor.threads == 2
+
+
 def test_failed_trials_wait_longer_each_time_up_to_the_last_wait():
     host = _Host()
     governor = host.governor()
