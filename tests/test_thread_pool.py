@@ -22,8 +22,9 @@ class _Host:
         self.now = self.cpu_time = 0.0
         self.configured = []
 
-    def governor(self, size=2):
-        return PoolGovernor(size, self.configured.append, clock=lambda: self.now, cpu_clock=lambda: self.cpu_time)
+    def governor(self, size=2, configure=None):
+        return PoolGovernor(size, configure or self.configured.append, clock=lambda: self.now,
+                            cpu_clock=lambda: self.cpu_time)
 
     def call(self, governor, wall=0.05, share=1.0):
         def body():
@@ -31,6 +32,12 @@ class _Host:
             self.cpu_time += wall * share
 
         governor.run(body)
+
+    def shrink(self, governor):
+        """Contended calls until the pool shrinks."""
+        for _ in range(STRIKES):
+            self.call(governor, share=0.05)
+        assert governor.threads == 1
 
 
 def test_a_pool_that_gets_its_cores_keeps_them():
@@ -69,8 +76,7 @@ def test_short_contended_calls_shrink_the_pool_only_once_they_add_up():
 def test_a_trial_of_the_whole_pool_restores_it_once_the_cores_are_back():
     host = _Host()
     governor = host.governor()
-    for _ in range(STRIKES):
-        host.call(governor, share=0.05)
+    host.shrink(governor)
     host.call(governor, share=1.0)  # before the retry time: still one thread, whatever that call got
     assert governor.threads == 1 and host.configured == [1]
     host.now += FIRST_RETRY_S
@@ -85,9 +91,8 @@ def test_a_trial_s_share_leaves_out_the_time_reconfiguring_the_pool_takes():
         host.configured.append(threads)
         host.now += 1.0
 
-    governor = PoolGovernor(2, slow_configure, clock=lambda: host.now, cpu_clock=lambda: host.cpu_time)
-    for _ in range(STRIKES):
-        host.call(governor, share=0.05)
+    governor = host.governor(configure=slow_configure)
+    host.shrink(governor)
     host.now = governor._retry_at
     host.call(governor, wall=0.01, share=0.95)
     assert governor.threads == 2
@@ -96,8 +101,7 @@ def test_a_trial_s_share_leaves_out_the_time_reconfiguring_the_pool_takes():
 def test_failed_trials_wait_longer_each_time_up_to_the_last_wait():
     host = _Host()
     governor = host.governor()
-    for _ in range(STRIKES):
-        host.call(governor, share=0.05)
+    host.shrink(governor)
     waits = []
     for _ in range(10):
         shrunk_at = host.now
@@ -113,20 +117,17 @@ def test_failed_trials_wait_longer_each_time_up_to_the_last_wait():
 def test_the_waits_start_again_after_the_whole_pool_ran_for_the_last_wait():
     host = _Host()
     governor = host.governor()
-    for _ in range(STRIKES):
-        host.call(governor, share=0.05)
+    host.shrink(governor)
     host.now = governor._retry_at
     host.call(governor, share=0.05)  # a failed trial doubles the wait
     host.now = governor._retry_at
     host.call(governor, share=0.95)  # restored
-    for _ in range(STRIKES):  # contended again soon: the doubled wait doubles again
-        host.call(governor, share=0.05)
+    host.shrink(governor)  # contended again soon: the doubled wait doubles again
     assert governor._retry_at - host.now == pytest.approx(4 * FIRST_RETRY_S)
     host.now = governor._retry_at
     host.call(governor, share=0.95)
     host.now += LAST_RETRY_S
-    for _ in range(STRIKES):  # contended after a long healthy run: the first wait again
-        host.call(governor, share=0.05)
+    host.shrink(governor)  # contended after a long healthy run: the first wait again
     assert governor._retry_at - host.now == pytest.approx(FIRST_RETRY_S)
 
 
