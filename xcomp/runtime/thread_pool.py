@@ -60,29 +60,29 @@ class PoolGovernor:
             return func(*args)
         finally:
             now = self._clock()
-            self._last_call_s = now - start
-            if measured and now > start:
-                self._observe((self._cpu_clock() - cpu_start) / (now - start), trial, now, now - start)
+            self._last_call_s = elapsed = now - start
+            if measured and elapsed > 0:
+                self._observe((self._cpu_clock() - cpu_start) / elapsed, trial, now, elapsed)
 
     def _observe(self, share: float, trial: bool, now: float, elapsed: float) -> None:
         if trial:
             if share >= RECOVERED_SHARE:
                 self._restored_at = now
             else:
-                self._shrink(now, min(2 * self._retry_wait, LAST_RETRY_S))
+                self._shrink(now, longer=True)
         elif self.threads == self.size:
             contended = share < CONTENDED_SHARE
             self._strikes = self._strikes + 1 if contended else 0
             self._contended_s = self._contended_s + elapsed if contended else 0.0
             if self._strikes >= STRIKES and self._contended_s >= CONTENDED_FOR_S:
-                recent = now - self._restored_at < LAST_RETRY_S
-                self._shrink(now, min(2 * self._retry_wait, LAST_RETRY_S) if recent else FIRST_RETRY_S)
+                self._shrink(now, longer=now - self._restored_at < LAST_RETRY_S)
 
-    def _shrink(self, now: float, wait: float) -> None:
+    def _shrink(self, now: float, longer: bool) -> None:
+        """One thread until a trial at `now` plus the next wait: double the last (`longer`) or the first."""
         self._use(1)
         self._strikes, self._contended_s = 0, 0.0
-        self._retry_wait = wait
-        self._retry_at = now + wait
+        self._retry_wait = min(2 * self._retry_wait, LAST_RETRY_S) if longer else FIRST_RETRY_S
+        self._retry_at = now + self._retry_wait
 
     def _use(self, threads: int) -> None:
         self._configure(threads)
