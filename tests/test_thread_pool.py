@@ -173,6 +173,7 @@ def test_the_governor_sets_the_calling_threads_tvm_pool():
             governor.run(time.sleep, CONTENDED_FOR_S / 2)  # the calling thread gets no CPU time
         seen["threads"] = governor.threads, int(tvm.get_global_func("runtime.NumThreads")())
         seen["outputs"] = module.run(inputs)
+        seen["governor"] = governor
         seen["same governor"] = thread_pool.pool_governor() is governor
 
     worker = threading.Thread(target=in_a_thread)
@@ -181,7 +182,7 @@ def test_the_governor_sets_the_calling_threads_tvm_pool():
     assert seen["size"] == int(tvm.get_global_func("runtime.NumThreads")())
     if seen["size"] > 1:
         assert seen["threads"] == (1, 1)
-    assert seen["same governor"] and thread_pool.pool_governor() is not None
+    assert seen["same governor"] and thread_pool.pool_governor() is not seen["governor"]  # one per thread
     for name, value in expected.items():
         np.testing.assert_array_equal(seen["outputs"][name], value)
 
