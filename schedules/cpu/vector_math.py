@@ -220,11 +220,12 @@ def _row_reduce(x, axis: int, reduce, name: str):
         lane = te.reduce_axis((0, ROW_LANES), name="lane")
         parts.append(te.compute((*rows, 1), lambda *i: reduce(lanes(*i, lane), axis=lane), name=f"{name}_across"))
     if not static or int(n) % ROW_LANES:
-        tail = te.reduce_axis((0, n - whole * ROW_LANES if static else ROW_LANES), name="t")
+        rest = n - whole * ROW_LANES
+        tail = te.reduce_axis((0, rest if static else tirx.max(rest, 1)), name="t")
 
         def tail_value(i):
             value = x(*i[:-1], whole * ROW_LANES + tail)
-            return value if static else tirx.if_then_else(tail < n - whole * ROW_LANES, value, identity)
+            return value if static else tirx.if_then_else(tail < rest, value, identity)
 
         parts.append(te.compute((*rows, 1), lambda *i: reduce(tail_value(i), axis=tail), name=f"{name}_tail"))
     if len(parts) == 1:
