@@ -18,8 +18,8 @@ import math
 
 from ..analysis import ROLE, ROW_PARTIALS, root_blocks
 from ..template import Declined
-from . import guard, nest, prefetch
-from .common import MIN_PARALLEL_ELEMENTS, CpuTemplate, inline_injective, loop_extent, parallelize
+from . import nest, prefetch
+from .common import CpuTemplate, inline_injective, loop_extent, parallelize
 
 
 def has_row_partials(func, kind, ctx) -> bool:  # noqa: ARG001 - the marker is in the func
@@ -64,15 +64,17 @@ class RowTemplate(CpuTemplate):
         inline_injective(sch)
         infos = root_blocks(sch, symbolic=True)
         row_loops = sch.get_loops(infos[-1].rv)[:self.rows]
-        row = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+        outer = self._parallel_rows(sch, row_loops)
+        rows = [sch.fuse(*outer) if len(outer) > 1 else outer[0], *row_loops[len(outer):]]
         for info in reversed(infos[:-1]):  # consumers first: each producer then lands ahead of them in the row
-            sch.compute_at(info.rv, row)
-        # rows a symbolic dim counts (a batch, a sequence): parallel where their elements repay it at run time
-        if not guard.parallelize(sch, [row], self.spec.cores, MIN_PARALLEL_ELEMENTS):
-            parallelize(sch, [row], self.spec.cores)
+            sch.compute_at(info.rv, rows[-1])
+        # rows a symbolic dim counts (a batch, a sequence): parallel always. guard.py's run-time choice copies the
+        # loop, which left the row's scratch buffers (its exponentials) shared by both copies at the root, at
+        # the whole tensor's size, where TVM otherwise compacts them to a row (docs/decisions/symbolic-shapes.md)
+        parallelize(sch, rows[:1], self.spec.cores, symbolic=self.spec.cores)
         first_elementwise = True  # softmax's exponentials: the stage that computes the longest
         for info in root_blocks(sch, symbolic=True):
-            inner = sch.get_loops(info.rv)[1:]
+            inner = sch.get_loops(info.rv)[len(rows):]
             if info.block.annotations.get(ROLE) == ROW_PARTIALS:
                 *_, lane, step = inner  # (..., lanes, the row's vectors)
                 sch.reorder(step, lane)
@@ -81,6 +83,16 @@ class RowTemplate(CpuTemplate):
             elif not info.is_reduction and inner:
                 self._vectorize_columns(sch, inner[-1], prefetch_next_row=first_elementwise)
                 first_elementwise = False
+
+    def _parallel_rows(self, sch, row_loops) -> list:
+        """The row loops to fuse into the parallel one: all, or where a symbolic one is among them and those in
+        front of the last give every core work, those only. The last then stays a loop of its own, and a row's
+        index needs no division by the symbolic extents per row."""
+        extents = [sch.get(loop).extent for loop in row_loops]
+        if all(hasattr(e, "value") for e in extents) or len(row_loops) < 2:
+            return row_loops
+        static_front = math.prod(int(e) for e in extents[:-1] if hasattr(e, "value"))
+        return row_loops[:-1] if static_front >= self.spec.cores else row_loops
 
     def _vectorize_columns(self, sch, columns, prefetch_next_row: bool) -> None:
         """Whole vectors of the row's columns, then the rest as a scalar loop. A symbolic row length is marked
@@ -116,14 +128,16 @@ class RowTemplate(CpuTemplate):
 
 def _prefetch_next_row(loop, body, path, buffers):
     """The NEXT_ROW loop with, ahead of each step, a prefetch of the next row's line at the step's columns in each
-    of `buffers` (the rows' input and output). The rows are the outermost loop."""
+    of `buffers` (the rows' input and output). The loops around it are the rows' (RowTemplate.apply)."""
     from tvm import tirx
     from tvm.tirx import DeclBuffer, IfThenElse, SeqStmt
 
     lanes = loop.annotations.get(NEXT_ROW) if loop.annotations else None
     if lanes is None or not path or not buffers:
         return nest.loop_with(loop, body, drop=(NEXT_ROW,))
-    row, rows = path[0].loop_var, path[0].extent
+    row, rows = path[0].loop_var - path[0].min, path[0].extent
+    for inner in path[1:]:
+        row, rows = row * inner.extent + inner.loop_var - inner.min, rows * inner.extent
     fetches = []
     for buffer in buffers:
         flat = tirx.decl_buffer((math.prod(buffer.shape),), buffer.dtype, name=f"{buffer.name}_rows",
