@@ -21,6 +21,8 @@ whole tiles; a symbolic K just runs its loop.
 
 from __future__ import annotations
 
+import math
+
 from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
@@ -224,6 +226,16 @@ class MatmulTemplate(CpuTemplate):
         sch.unroll(jr)
         if lanes > 1:
             sch.vectorize(jv)
+        self._write_back_per_tile(sch, epilogue, outer, lanes)
+        if self._copies_per_batch(sch, batch):
+            self._copy_per_batch(sch, {self.name, sch.get(epilogue).name_hint}, batch)
+        else:
+            self._copy_apart(sch, {self.name, sch.get(epilogue).name_hint}, outer)
+        sch.decompose_reduction(mm, inner[0])
+
+    @staticmethod
+    def _write_back_per_tile(sch, epilogue, outer, lanes):
+        """The epilogue at each register tile."""
         sch.reverse_compute_at(epilogue, outer[-1])
         # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
         tile = sch.get_loops(epilogue)[len(outer):]  # unit loops are dropped: may be empty
@@ -235,15 +247,35 @@ class MatmulTemplate(CpuTemplate):
             sch.vectorize(colv)
         elif tile:
             sch.unroll(tile[-1])
+
+    def _copy_apart(self, sch, done, outer):
+        """The tiles in parallel; the operand copies (and a constant fill a dropout left behind) each a nest of its
+        own, in the generic spatial schedule."""
         # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
         # row, the smallest, then pays a thread wake-up of a few microseconds)
         parallelize(sch, outer, self.spec.cores, symbolic=self.spec.cores)
-        # the rest (the B copy, a constant fill a dropout left behind): the generic spatial schedule
-        done = {self.name, sch.get(epilogue).name_hint}
         for info in root_blocks(sch, symbolic=True):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
-        sch.decompose_reduction(mm, inner[0])
+
+    def _copies_per_batch(self, sch, batch) -> bool:
+        """For a symbolic M or N under batch loops whose static extents give every core work (attention over a
+        symbolic sequence, its heads), where the schedule copies an operand (padding, packing): _copy_per_batch."""
+        if self.m is not None and self.n is not None or not batch:
+            return False
+        copies = [info for info in root_blocks(sch, symbolic=True) if info.name != self.name and not info.is_reduction
+                  and sch.get_consumers(info.rv)]
+        static = [int(e) for e in (sch.get(loop).extent for loop in batch) if hasattr(e, "value")]
+        return bool(copies) and math.prod(static) >= self.spec.cores
+
+    def _copy_per_batch(self, sch, done, batch):
+        """One parallel loop over the batch, each iteration making its operand copies and then its tiles: no
+        parallel launch per copy, and the fused loop's index divided once per batch, not once per tile."""
+        fused = sch.fuse(*batch) if len(batch) > 1 else batch[0]
+        sch.parallel(fused)
+        for info in reversed(root_blocks(sch, symbolic=True)):  # consumers first, as compute_at needs
+            if info.name not in done:
+                sch.compute_at(info.rv, fused)
 
     @staticmethod
     def _pad_to_tiles(sch, mm, rows, columns):
