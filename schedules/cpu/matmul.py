@@ -233,10 +233,18 @@ class MatmulTemplate(CpuTemplate):
             self._copy_apart(sch, {self.name, sch.get(epilogue).name_hint}, outer)
         sch.decompose_reduction(mm, inner[0])
 
+    def finish(self, func):
+        # ahead of the guard's copies (guard.insert), which nest.rebuild does not walk into
+        body = nest.rebuild(func.body, _whole_tiles_unpredicated)
+        return super().finish(func if body.same_as(func.body) else nest.in_ssa_form(func.with_body(body)))
+
     @staticmethod
     def _write_back_per_tile(sch, epilogue, outer, lanes):
-        """The epilogue at each register tile."""
+        """The epilogue at each register tile. Cropped to a symbolic extent, it runs under a test per element,
+        which leaves it scalar; `finish` gives the tiles that lie wholly inside a copy without the test
+        (_whole_tiles_unpredicated)."""
         sch.reverse_compute_at(epilogue, outer[-1])
+        sch.annotate(epilogue, WHOLE_TILES, 1)
         # the write-back runs once per tile: unrolled, LLVM keeps the accumulators in registers
         tile = sch.get_loops(epilogue)[len(outer):]  # unit loops are dropped: may be empty
         for loop in tile[:-1]:
@@ -297,5 +305,39 @@ class MatmulTemplate(CpuTemplate):
 
         sch.transform_layout(sch.cache_read(mm, self.b_index, "global"), ("write", 0), packed)
 
+
+def _whole_tiles_unpredicated(loop, body, path):
+    """A tile's write-back (the unrolled and vectorized loops of a block marked WHOLE_TILES) whose block is
+    predicated, as `if <the tile's last row and column lie inside the output>: <the loops, the block
+    unpredicated> else: <as it was>`. The block's bindings add the tile's loop variables to the tile's origin, so
+    its last element is where each loop variable is at its largest."""
+    from tvm import tirx
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, ForKind, IfThenElse
+
+    tile_kinds = (ForKind.UNROLLED, ForKind.VECTORIZED)
+    if loop.kind not in tile_kinds or path and path[-1].kind in tile_kinds:
+        return nest.loop_with(loop, body)
+    loops, inner = [loop], body
+    while isinstance(inner, For) and inner.kind in tile_kinds:
+        loops.append(inner)
+        inner = inner.body
+    if not (isinstance(inner, SBlockRealize) and WHOLE_TILES in (inner.block.annotations or {})):
+        return nest.loop_with(loop, body)
+    if isinstance(inner.predicate, tirx.IntImm) and int(inner.predicate):
+        return nest.loop_with(loop, body)
+    last = nest.substitute(inner.iter_values, {l.loop_var: l.min + l.extent - 1 for l in loops})
+    inside = [end < iv.dom.min + iv.dom.extent for iv, value, end in zip(inner.block.iter_vars, inner.iter_values, last)
+              if not end.same_as(value)]
+    whole = SBlockRealize(inner.iter_values, tirx.const(True, "bool"), inner.block)
+    for tile_loop in reversed(loops):
+        whole = For(tile_loop.loop_var, tile_loop.min, tile_loop.extent, tile_loop.kind, whole,
+                    tile_loop.thread_binding, tile_loop.annotations)
+    original = nest.loop_with(loop, body)
+    return IfThenElse(tirx.all(*inside), whole, original) if inside else original
+
+
+# on a matmul's write-back block: split its tiles into whole ones, unpredicated, and the rest (`finish`)
+WHOLE_TILES = "xcomp.whole_tiles"
 
 __all__ = ["MatmulTemplate"]

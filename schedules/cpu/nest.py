@@ -27,6 +27,16 @@ def rebuild(stmt, on_loop, path=()):
     return stmt
 
 
+def substitute(exprs, mapping) -> list:
+    """`exprs` with the variables in `mapping` replaced by their values, simplified."""
+    from tvm.sym import Analyzer
+
+    analyzer = Analyzer()
+    for var, value in mapping.items():
+        analyzer.bind(var, value)
+    return [analyzer.simplify(e) for e in exprs]
+
+
 def loop_with(loop, body, drop=()):
     """`loop` with `body` and without the annotations named in `drop`: the loop itself where neither changes it
     (an on_loop callback's answer for a loop it leaves as it was)."""
@@ -67,4 +77,4 @@ def in_ssa_form(func):
     return convert(tvm.IRModule({"main": func}))["main"]
 
 
-__all__ = ["rebuild", "loop_with", "either", "in_ssa_form"]
+__all__ = ["rebuild", "substitute", "loop_with", "either", "in_ssa_form"]

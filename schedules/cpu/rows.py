@@ -177,18 +177,9 @@ def _bound(realize, var, value):
     its iterators; RowTemplate.finish's SSA form gives each copy its own)."""
     from tvm.s_tir.stmt import SBlockRealize
 
-    bindings = _substitute_exprs(realize.iter_values, {var: value})
-    predicate, = _substitute_exprs([realize.predicate], {var: value})
+    bindings = nest.substitute(realize.iter_values, {var: value})
+    predicate, = nest.substitute([realize.predicate], {var: value})
     return SBlockRealize(bindings, predicate, realize.block)
-
-
-def _substitute_exprs(exprs, mapping) -> list:
-    from tvm.sym import Analyzer
-
-    analyzer = Analyzer()
-    for var, value in mapping.items():
-        analyzer.bind(var, value)
-    return [analyzer.simplify(e) for e in exprs]
 
 
 __all__ = ["RowTemplate", "has_row_partials"]
