@@ -161,8 +161,11 @@ def test_a_range_from_the_cache_length_counts_either_way(step):
 
 
 def test_shapes_it_cannot_serve(attention_module):
+    """Checked on every call, also after a call of shapes that fit (the module remembers the last such shapes,
+    to skip their check when they come again)."""
     module, _ = attention_module
     x, mask = random_feed({"x": (2, 5, 32), "mask": (3, 5, 5)}).values()
+    module(x, mask[:2])
     with pytest.raises(xcomp.InputError, match=r"inputs 'x' and 'mask' share dim 'batch': input 'x' dim 0 is 2, "
                                                r"so input 'mask' dim 0 must be 2 too, got 3"):
         module(x, mask)
@@ -170,6 +173,9 @@ def test_shapes_it_cannot_serve(attention_module):
         module(x[..., :16], mask[:2])
     with pytest.raises(xcomp.InputError, match=r"input 'x': expected shape \['batch', 'seq', 32\], got \[10, 32\]"):
         module(x.reshape(10, 32), mask[:2])
+    module(x, mask[:2])
+    with pytest.raises(xcomp.InputError, match=r"share dim 'batch'"):
+        module(x, mask)
 
 
 def test_unnamed_dims_get_names():

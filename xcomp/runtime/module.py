@@ -39,6 +39,7 @@ class Module:
         self.groups = list(groups)
         self.info = dict(info or {})
         self._symbolic = is_symbolic(self.inputs)
+        self._fitting_shapes = None  # the input shapes of the last call, which fit the signature
         self._fresh_outputs = _fresh_outputs(self.info, len(self.outputs))
         self._vm = None
         self._main = None
@@ -94,8 +95,11 @@ class Module:
         if kwargs or len(args) != len(self.inputs):
             args = self._arguments_in_order(args, kwargs)
         arrays = [_checked_array(spec, value) for spec, value in zip(self.inputs, args)]
-        if self._symbolic or any(a.shape != spec.shape for a, spec in zip(arrays, self.inputs)):
-            dim_sizes(self.inputs, {spec.name: a.shape for spec, a in zip(self.inputs, arrays)})
+        shapes = tuple(a.shape for a in arrays)
+        if shapes != self._fitting_shapes:  # a serving loop calls with the same shapes again and again
+            if self._symbolic or any(shape != spec.shape for shape, spec in zip(shapes, self.inputs)):
+                dim_sizes(self.inputs, {spec.name: shape for spec, shape in zip(self.inputs, shapes)})
+            self._fitting_shapes = shapes
         return arrays
 
     def _arguments_in_order(self, args, kwargs) -> list:
@@ -253,13 +257,33 @@ def _checked_array(spec, value):
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
+# An input up to this size is copied into its staging buffer without looking at its address: reading an array's
+# address from numpy (its .ctypes) takes longer than copying this much (docs/decisions/call-overhead.md).
+_COPIED_UNSEEN_BYTES = 16 * 1024
+
+
 class _Staging(threading.local):
     """Each thread's 64-byte aligned copies of the inputs, kept from call to call: a fresh buffer for each call
     costs page faults, more than the copy itself (docs/decisions/call-overhead.md). A buffer keeps its memory
-    when the input shrinks or grows within it, as a KV cache does by one row a step."""
+    when the input shrinks or grows within it, as a KV cache does by one row a step. The TVM tensor over a
+    buffer is kept too while its input's shape and dtype stay the same: a serving loop's calls then only copy."""
 
     def __init__(self):
         self.blocks = {}
+        self.tensors = {}  # input index -> ((shape, dtype), aligned array, TVM tensor over it)
+
+    def tensor(self, index: int, array):
+        """A TVM tensor over input `index`'s aligned buffer, holding a copy of `array`."""
+        import tvm_ffi
+
+        kind = (array.shape, array.dtype)
+        staged = self.tensors.get(index)
+        if staged is None or staged[0] != kind:
+            aligned = self.buffer(index, array)
+            staged = (kind, aligned, tvm_ffi.from_dlpack(aligned, require_alignment=_KERNEL_ALIGNMENT))
+            self.tensors[index] = staged
+        np.copyto(staged[1], array)
+        return staged[2]
 
     def buffer(self, index: int, array):
         """An aligned array of `array`'s shape and dtype for input `index`."""
@@ -275,19 +299,17 @@ class _Staging(threading.local):
 def _to_device(array, dev, staging=None, index=0):
     """`array` as a TVM tensor on `dev`. On the CPU (`staging`, a _Staging) it goes through DLPack, much cheaper
     per call than tvm.runtime.tensor, which a small model's latency notices (docs/decisions/call-overhead.md):
-    as it is where it is aligned for the kernels and writable (an output of an earlier call, say), else copied
-    into staging buffer `index`. The kernels only read their inputs. Without staging (a GPU), and for what
-    numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not place), a copy by
-    tvm.runtime.tensor."""
+    as it is where it is aligned for the kernels and writable (an output of an earlier call, say), else, and
+    when it is small, copied into staging buffer `index`. The kernels only read their inputs. Without staging
+    (a GPU), and for what numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not
+    place), a copy by tvm.runtime.tensor."""
     import tvm
     import tvm_ffi
 
     if staging is None or array.dtype == bool or not array.size:
         return tvm.runtime.tensor(array, dev)
-    if array.ctypes.data % _KERNEL_ALIGNMENT or not array.flags.writeable:
-        buffer = staging.buffer(index, array)
-        np.copyto(buffer, array)
-        array = buffer
+    if array.nbytes <= _COPIED_UNSEEN_BYTES or array.ctypes.data % _KERNEL_ALIGNMENT or not array.flags.writeable:
+        return staging.tensor(index, array)
     return tvm_ffi.from_dlpack(array, require_alignment=_KERNEL_ALIGNMENT)
 
 
