@@ -13,10 +13,11 @@ stay in registers. B comes in one of three layouts:
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
 A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
-(legalize.py), so the row tiles that divide the padding need no predicate; the write-back alone is predicated.
-Where no lowering padded it (TVM's own matmul or einsum, e.g. attention over a symbolic sequence), and for a
-symbolic N, the schedule pads the iteration space itself (`pad_einsum`: zero-filled copies of the operands) to
-whole tiles; a symbolic K just runs its loop.
+(legalize.py), so the row tiles that divide the padding need no predicate; the write-back alone is predicated,
+and only in the tiles that cross the output's edge (`finish`). Where no lowering padded it (TVM's own matmul or
+einsum, e.g. attention over a symbolic sequence), and for a symbolic N, the schedule pads the iteration space
+itself (`pad_einsum`: zero-filled copies of the operands) to whole tiles; under batch loops that give every core
+work (attention's heads) each head's copies are made just before its tiles. A symbolic K just runs its loop.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 SYMBOLIC_PAD_LIMIT = 4
 SYMBOLIC_PAD_VECTORS = 2
 NR_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
+# on a matmul's write-back block: split its tiles into whole ones, unpredicated, and the rest (`finish`)
+WHOLE_TILES = "xcomp.whole_tiles"
 # below this many rows of A an "nt" B is read in place (module docstring); 12 heads x 193 cache rows of 64, two
 # threads: 1-3 rows 24-45 us in place against 80 packed, 4 rows 79 against 84, 8 rows 180 against 116
 FEW_ROWS = 4
@@ -227,10 +230,11 @@ class MatmulTemplate(CpuTemplate):
         if lanes > 1:
             sch.vectorize(jv)
         self._write_back_per_tile(sch, epilogue, outer, lanes)
-        if self._copies_per_batch(sch, batch):
-            self._copy_per_batch(sch, {self.name, sch.get(epilogue).name_hint}, batch)
+        done = {self.name, sch.get(epilogue).name_hint}
+        if self._copies_per_batch(sch, done, batch):
+            self._copy_per_batch(sch, done, batch)
         else:
-            self._copy_apart(sch, {self.name, sch.get(epilogue).name_hint}, outer)
+            self._copy_apart(sch, done, outer)
         sch.decompose_reduction(mm, inner[0])
 
     def finish(self, func):
@@ -266,13 +270,13 @@ class MatmulTemplate(CpuTemplate):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
 
-    def _copies_per_batch(self, sch, batch) -> bool:
+    def _copies_per_batch(self, sch, done, batch) -> bool:
         """For a symbolic M or N under batch loops whose static extents give every core work (attention over a
         symbolic sequence, its heads), where the schedule copies an operand (padding, packing): _copy_per_batch."""
         if self.m is not None and self.n is not None or not batch:
             return False
-        copies = [info for info in root_blocks(sch, symbolic=True) if info.name != self.name and not info.is_reduction
-                  and sch.get_consumers(info.rv)]
+        copies = [info for info in root_blocks(sch, symbolic=True)
+                  if info.name not in done and not info.is_reduction and sch.get_consumers(info.rv)]
         static = [int(e) for e in (sch.get(loop).extent for loop in batch) if hasattr(e, "value")]
         return bool(copies) and math.prod(static) >= self.spec.cores
 
@@ -336,8 +340,5 @@ def _whole_tiles_unpredicated(loop, body, path):
     original = nest.loop_with(loop, body)
     return IfThenElse(tirx.all(*inside), whole, original) if inside else original
 
-
-# on a matmul's write-back block: split its tiles into whole ones, unpredicated, and the rest (`finish`)
-WHOLE_TILES = "xcomp.whole_tiles"
 
 __all__ = ["MatmulTemplate"]
