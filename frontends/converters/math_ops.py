@@ -36,10 +36,17 @@ def convert_is_inf(bb, inputs, attrs, opset, stock):
 def convert_pow(bb, inputs, attrs, opset, stock):
     """Pow's exponent may have another type than its base, and both may be integers; TVM's power wants one
     float type. The result has the base's type (the spec): integers are raised in float64 (exact for the
-    magnitudes an int64 holds in 53 bits), a float base takes the exponent in its own type."""
+    magnitudes an int64 holds in 53 bits), a float base takes the exponent in its own type. A float base raised
+    to a constant 3 or 4 (GPT-2's tanh GELU takes x^3) is multiplied out here, as TVM's lowering would do it,
+    without the warning TVM prints for each such power."""
     relax = relax_api()
     base, exponent = inputs[0], inputs[1]
     base_type, exponent_type = dtype_of(base), dtype_of(exponent)
+    power = const_value(exponent)
+    if base_type.startswith(("float", "bfloat")) and power is not None and power.size == 1 \
+            and power.ndim <= base.ty.ndim and float(power.reshape(())) in (3.0, 4.0):
+        square = relax.op.multiply(base, base)
+        return relax.op.multiply(square, base if float(power.reshape(())) == 3.0 else square)
     if base_type.startswith(("float", "bfloat")):
         return stock() if exponent_type == base_type else relax.op.power(base, relax.op.astype(exponent, base_type))
     power = relax.op.power(relax.op.astype(base, "float64"), relax.op.astype(exponent, "float64"))
