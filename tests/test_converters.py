@@ -223,14 +223,14 @@ def test_pow_by_a_constant_3_or_4_is_multiplied_out_quietly(power, shape):
     3 or 4 becomes products at import; any other keeps the power."""
     from onnx import numpy_helper
 
+    from xcomp.frontends import load_onnx
+
     exponent = numpy_helper.from_array(np.full(shape, power, np.float32), "e")
     model = make_model([helper.make_node("Pow", ["x", "e"], ["y"])],
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 33])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 33])], [exponent], opset=17)
     x = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32) * 3
     x[0, :3] = [0.0, -np.inf, np.nan]
-    from xcomp.frontends import load_onnx
-
     assert ("R.power(" in load_onnx(model, None, None).mod["main"].script()) == (power not in (3.0, 4.0))
     module = xcomp.compile(model, progress=False)
     if power == int(power):  # a negative base to a fractional power is NaN either way
