@@ -15,7 +15,8 @@ symbolic, and the same module serves the prompt (seq = --prompt, an empty cache)
 
 A generation is the prompt (seeded random token ids) and then --tokens greedy steps, each feeding back the
 runtime's own present keys and values and its own arg-max token. xcomp's and onnxruntime's generations take
-turns, --rounds of each, and the table gives the medians: the prompt's latency, and decoding tokens per second
+turns, --rounds of each, each after a pause (xcomp.report.bench.SETTLE_S) that lets the other runtime's pool
+threads stop spinning, and the table gives the medians: the prompt's latency, and decoding tokens per second
 (steps over the time of all steps). The check: both runtimes must pick the same tokens, and xcomp's logits must
 match onnxruntime's at the prompt within 1e-3 of their largest magnitude.
 """
@@ -132,6 +133,7 @@ def main():
     import onnxruntime as ort
 
     import xcomp
+    from xcomp.report.bench import SETTLE_S
 
     with tempfile.TemporaryDirectory(prefix="xcomp-decode-") as folder:
         path = os.path.join(folder, f"{args.model}_step.onnx")
@@ -155,6 +157,7 @@ def main():
         step({"input_ids": prompt[:, :1], **empty_cache(layers, heads, head_dim)})
     for _ in range(args.rounds):
         for name, step in runtimes.items():
+            time.sleep(SETTLE_S)  # without it, the prompt shares the cores with the last runtime's spinning threads
             runs[name].append(generate(step, prompt, args.tokens, empty_cache(layers, heads, head_dim)))
     ours, theirs = runs["xcomp"][0], runs["onnxruntime"][0]
     diff = float(np.max(np.abs(ours["logits"] - theirs["logits"])) / np.max(np.abs(theirs["logits"])))
