@@ -103,7 +103,7 @@ def test_info_lists_ops_groups_and_unsupported(tmp_path):
 
 def test_tvm_warnings_once_per_kind_all_with_verbose(tmp_path):
     """x ** 5 makes TVM's C++ warn about pow once per use it lowers: a line a kind, with a count; -v: each. (The
-    importer multiplies out x ** 3 and x ** 4 itself, quietly.)"""
+    graph passes multiply out x ** 2 to x ** 4, quietly.)"""
     from onnx import TensorProto, helper, numpy_helper
 
     from conftest import make_model

@@ -216,30 +216,6 @@ def test_pow_of_integers_and_mixed_types(base, exponent):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("power,shape", [(3.0, []), (4.0, [1]), (2.5, [])])
-def test_pow_by_a_constant_3_or_4_is_multiplied_out_quietly(power, shape):
-    """GPT-2's tanh GELU takes x^3: TVM printed a warning for every such power it lowered (108 lines for one
-    `xcomp info`; it prints them as the process exits, for the products it makes of them). A constant exponent of
-    3 or 4 becomes products at import; any other keeps the power."""
-    from onnx import numpy_helper
-
-    from xcomp.frontends import load_onnx
-
-    exponent = numpy_helper.from_array(np.full(shape, power, np.float32), "e")
-    model = make_model([helper.make_node("Pow", ["x", "e"], ["y"])],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 33])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 33])], [exponent], opset=17)
-    x = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32) * 3
-    x[0, :3] = [0.0, -np.inf, np.nan]
-    assert ("R.power(" in load_onnx(model, None, None).mod["main"].script()) == (power not in (3.0, 4.0))
-    module = xcomp.compile(model, progress=False)
-    if power == int(power):  # a negative base to a fractional power is NaN either way
-        np.testing.assert_allclose(module(x), ort_run(model, {"x": x})[0], rtol=1e-6, equal_nan=True)
-    else:
-        np.testing.assert_allclose(module(np.abs(x)), ort_run(model, {"x": np.abs(x)})[0], rtol=1e-6,
-                                   equal_nan=True)
-
-
 def _nms_model(threshold_input=False):
     consts = [onnx.numpy_helper.from_array(np.array([3], np.int64), "max_boxes"),
               onnx.numpy_helper.from_array(np.array([0.0], np.float32), "score_threshold")]

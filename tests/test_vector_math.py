@@ -125,8 +125,8 @@ def test_other_dtypes_keep_tvm_lowering():
 
 @pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 2.5])
 def test_small_integer_powers_are_multiplications(exponent, tmp_path):
-    """GPT-2's GELU cubes its input: x ** 3 as two multiplications, vectorized, where TVM calls powf per element;
-    other exponents keep TVM's pow."""
+    """GPT-2's GELU cubes its input: x ** 3 as two multiplications (xcomp/graph/small_powers.py), vectorized, where
+    TVM calls powf per element; other exponents keep TVM's pow."""
     from onnx import numpy_helper
 
     nodes = [helper.make_node("Pow", ["x", "e"], ["p"]), helper.make_node("Add", ["p", "x"], ["y"])]

@@ -36,19 +36,12 @@ def convert_is_inf(bb, inputs, attrs, opset, stock):
 def convert_pow(bb, inputs, attrs, opset, stock):
     """Pow's exponent may have another type than its base, and both may be integers; TVM's power wants one
     float type. The result has the base's type (the spec): integers are raised in float64 (exact for the
-    magnitudes an int64 holds in 53 bits), a float base takes the exponent in its own type. A float base raised
-    to a constant 3 or 4 (GPT-2's tanh GELU takes x^3) is multiplied out here, as the CPU legalization
-    (schedules/cpu/vector_math.py) would: Relax's FoldConstant, ahead of it, builds TVM's own pow of every such
-    power to see whether it folds, and TVM warns for each."""
+    magnitudes an int64 holds in 53 bits), a float base takes the exponent in its own type. (The graph passes
+    multiply out a constant exponent of 2 to 4: xcomp/graph/small_powers.py.)"""
     relax = relax_api()
     base, exponent = inputs[0], inputs[1]
     base_type, exponent_type = dtype_of(base), dtype_of(exponent)
     if base_type.startswith(("float", "bfloat")):
-        constant = const_value(exponent)
-        if constant is not None and constant.size == 1 and constant.ndim <= base.ty.ndim \
-                and (power := float(constant.reshape(()))) in (3.0, 4.0):
-            square = relax.op.multiply(base, base)
-            return relax.op.multiply(square, base if power == 3.0 else square)
         return stock() if exponent_type == base_type else relax.op.power(base, relax.op.astype(exponent, base_type))
     raised = relax.op.power(relax.op.astype(base, "float64"), relax.op.astype(exponent, "float64"))
     return relax.op.astype(raised, base_type)

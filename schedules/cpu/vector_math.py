@@ -267,35 +267,8 @@ def _softmax(log: bool):
     return _float32_only(lower)
 
 
-def _small_integer_power(bb, call):
-    """x ** n for a constant n in 2..4 as n - 1 multiplications (GPT-2's GELU cubes its input): TVM lowers
-    every power to a scalar pow() call, which LLVM cannot vectorize, and warns about it per use."""
-    import tvm
-    from tvm import te
-
-    base, exponent = call.args
-    value = exponent.value.numpy() if isinstance(exponent, tvm.ir.expr.Constant) else None
-    if (value is None or value.size != 1 or float(value.flat[0]) not in (2.0, 3.0, 4.0)
-            or str(base.ty.dtype) != "float32" or str(call.ty.shape) != str(base.ty.shape)):
-        return tvm_legalization("relax.power")(bb, call)
-    n = int(value.flat[0])
-
-    def power(x):
-        return te.compute(x.shape, lambda *i: _bind(x(*i), lambda v: _repeat_multiply(v, n)), name="T_power")
-
-    return bb.call_te(power, base, primfunc_name_hint="power")
-
-
-def _repeat_multiply(v, n: int):
-    out = v
-    for _ in range(n - 1):
-        out = out * v
-    return out
-
-
 def legalize_map() -> dict:
     return {
-        "relax.power": _small_integer_power,
         "relax.exp": _elementwise("exp", fast_exp),
         "relax.erf": _elementwise("erf", fast_erf),
         "relax.tanh": _elementwise("tanh", fast_tanh),

@@ -62,6 +62,7 @@ def graph_passes(spec, notes: list | None = None):
     from xcomp.graph.fold_affine import FoldConvAffine
     from xcomp.graph.layout import BlockedConvLayout
     from xcomp.graph.scalar_kernels import isolate_scalar_arg_kernels
+    from xcomp.graph.small_powers import MultiplyOutSmallPowers
     from xcomp.graph.transposed_matmul import ReadTransposedOperands
 
     # each FoldConstant after ours only sees what numpy could not fold (it builds every call with LLVM)
@@ -77,6 +78,7 @@ def graph_passes(spec, notes: list | None = None):
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
             Conv1dAsConv2d(),
+            MultiplyOutSmallPowers(),  # before the first FoldConstant, which would build (and warn of) TVM's pow
             *fold,
             FoldConvAffine(),
             *layout,
