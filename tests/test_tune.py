@@ -764,3 +764,22 @@ def test_a_bundle_carries_side_by_side_rounds_until_they_judged_the_fastest_alon
         lost = best_ms[1] == 3.0
         assert row.kept_default == lost and canonical_knobs(row.best_knobs) == (default if lost else fastest)
         assert row.why == ("the fastest alone lost to it side by side: faster in 2 of 3 rounds" if lost else "")
+
+
+@pytest.mark.parametrize("target", ["cpu:skylake-avx512", "cpu:znver3"])
+def test_every_default_config_is_a_point_of_its_knob_space(target):
+    """The search crosses configs knob by knob, the default among them: a default with a knob its space lacks
+    stopped `xcomp tune onnx:light_squeezenet` with a KeyError on an AVX-512 host (a blocked conv over one
+    input-channel vector, which has no input-channel passes to split)."""
+    import random
+
+    from xcomp.autotune.search import crossover
+    from xcomp.autotune.tuner import model_tasks
+    from xcomp.backends import get_backend
+    from xcomp.frontends.examples import resolve
+
+    tasks, _ = model_tasks(resolve("onnx:light_squeezenet"), get_backend(target), None)
+    for task in tasks:
+        default = task.template.default_knobs()
+        assert task.template.in_space(default), (task.group.name, default, task.template.knob_space())
+        crossover(default, task.template.sample(random.Random(0)), random.Random(0))

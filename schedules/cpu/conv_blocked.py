@@ -19,15 +19,17 @@ class BlockedConvTemplate(ChannelTileConv):
         self.blocked_input = any(len(r.source.shape) == 6 for r in main.block.reads)
         self.weight_rank = 6 if self.blocked_input else 5
         self.ci_blocks = main.extents[-3] // self.lanes  # input-channel vectors, for ci_chunk
+        # input-channel passes need blocked data and more than one input vector to split
+        self.has_passes = self.blocked_input and self.ci_blocks > 1
 
     def _tile_space(self):
         space = super()._tile_space()
-        if self.blocked_input and self.ci_blocks > 1:  # vectors per input-channel pass
+        if self.has_passes:  # vectors per input-channel pass
             space["ci_chunk"] = [0] + divisors(self.ci_blocks, min(64, self.ci_blocks - 1))
         return space
 
     def _default_passes(self, co_block):
-        if not self.blocked_input:
+        if not self.has_passes:
             return {}
         return {"ci_chunk": ci_chunk(self.spec, self.lanes, co_block, self.ci_blocks, self.taps)}
 
