@@ -27,7 +27,7 @@ class MatrixCoreShape:
 
 # HardwareSpec fields that the arch and features determine: the same hardware gets the same fingerprint (and
 # finds its tuning records) whether or not a spec spells them out.
-_DERIVED_FROM_ARCH = ("fma_pipes", "load_ports", "fma_latency")
+_DERIVED_FROM_ARCH = ("fma_pipes", "load_ports", "fma_latency", "shared_mem_opt_in")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,10 @@ class HardwareSpec:
     vector_bytes:    bytes per vector register (CPU) or per widest global load (GPU).
     vector_registers: architectural vector registers per core (CPU: 16 with AVX2, 32 with AVX-512 / NEON); 0 on a GPU.
     max_threads_per_block, shared_mem_per_block, registers_per_block: GPU launch limits (0 on a CPU).
+    shared_mem_opt_in: dynamic shared memory a block may take once its kernel opts in, beyond
+                     shared_mem_per_block (NVIDIA: 163 KiB on sm_80, 227 KiB on sm_90; TVM's CUDA runtime opts a
+                     kernel in when its dynamic shared memory exceeds 48 KiB); 0: no more than shared_mem_per_block.
+                     It follows from the arch, so the fingerprint leaves it out.
     cache_bytes:     (L1d, L2, L3) per core/SM, bytes; 0 where unknown.
     matrix_cores:    matrix-core instruction shapes available.
     peak_flops:      dtype -> FLOP/s for the whole device.
@@ -61,6 +65,7 @@ class HardwareSpec:
     max_threads_per_block: int = 0
     shared_mem_per_block: int = 0
     registers_per_block: int = 0
+    shared_mem_opt_in: int = 0
     cache_bytes: tuple = (0, 0, 0)
     matrix_cores: tuple = ()
     peak_flops: dict = dataclasses.field(default_factory=dict)
@@ -70,6 +75,11 @@ class HardwareSpec:
     fma_pipes: int = 0
     load_ports: int = 0
     fma_latency: int = 0
+
+    @property
+    def dynamic_shared_mem(self) -> int:
+        """Bytes of dynamic shared memory one block may take (shared_mem_opt_in where the arch has it)."""
+        return max(self.shared_mem_opt_in, self.shared_mem_per_block)
 
     @property
     def is_gpu(self) -> bool:

@@ -13,8 +13,11 @@ Numbers are the vendors' datasheet figures for dense math (no structured sparsit
 
 Conventions: `peak_flops["float32"]` is the plain (non-matrix-core) FP32 rate, because that is what scalar/vector
 FMA code reaches; the float16/bfloat16/tfloat32 entries are matrix-core rates. `shared_mem_per_block` on NVIDIA is
-the 48 KiB a block gets without opting in: TVM declares shared memory statically and never opts in to the larger
-carve-out (163 KiB on sm_80, 227 KiB on sm_90), so a template that used more would not compile.
+the 48 KiB a block gets without opting in: TVM declares "shared" memory statically and never opts in, so dlight's
+rules (the target's max_shared_memory_per_block) stay under it. "shared.dyn" memory is sized at launch, and TVM's
+CUDA runtime opts a kernel in when it takes more than 48 KiB: `shared_mem_opt_in` is the CUDA guide's per-block
+maximum then (sharedMemPerBlockOptin: 163 KiB on sm_80, 227 KiB on sm_90), which the matrix-core template's
+dynamic tiles may fill.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ CUDA_SPECS = {
         vector_bytes=16,
         max_threads_per_block=1024,
         shared_mem_per_block=48 * KIB,
+        shared_mem_opt_in=163 * KIB,
         registers_per_block=65536,
         cache_bytes=(192 * KIB, 40 * MIB, 0),  # L1 + shared per SM, L2
         matrix_cores=_MMA_SYNC,
@@ -61,6 +65,7 @@ CUDA_SPECS = {
         vector_bytes=16,
         max_threads_per_block=1024,
         shared_mem_per_block=48 * KIB,
+        shared_mem_opt_in=227 * KIB,
         registers_per_block=65536,
         cache_bytes=(256 * KIB, 50 * MIB, 0),
         matrix_cores=_MMA_SYNC + _WGMMA,

@@ -208,5 +208,5 @@ def test_the_largest_configs_fit_shared_memory(target):
     for knobs in configs[-4:] + [template.default_knobs()]:
         (kernel,) = backend.lower_device_kernels(template.schedule(knobs))
         allocated = shared_allocation(kernel)
-        assert 0 < allocated <= template.shared_bytes(knobs) <= backend.spec.shared_mem_per_block, knobs
+        assert 0 < allocated <= template.shared_bytes(knobs) <= template.shared_limit(), knobs
 

@@ -242,7 +242,9 @@ class MatrixCoreTemplate(Template):
                   "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
         pipelined = {**single, "stages": 2}
         asynchronous = "cp.async" in self.spec.features and all(self.contiguous)
-        return pipelined if asynchronous and self.valid(pipelined) else single
+        # within what a block gets without opting in: no GPU has run a kernel of this template beyond it yet
+        fits = self.shared_bytes(pipelined) <= self.spec.shared_mem_per_block
+        return pipelined if asynchronous and fits and self.valid(pipelined) else single
 
     def _default_k_frags(self) -> int:
         """2; where the fragments load element by element, as many as make A's rows 128 bytes (tfloat32: 4): a
@@ -317,11 +319,17 @@ class MatrixCoreTemplate(Template):
         accumulator = bm * self._pitch(bn, self._accumulator_align())
         return knobs.get("stages", 1) * operands * self.operand_bytes + accumulator * 4
 
+    def shared_limit(self) -> int:
+        """Shared memory a block of this template may take: tiles in dynamic shared memory ("shared.dyn") are
+        sized at launch and may fill what the arch lets a kernel opt in to (large block tiles, more stages)."""
+        dynamic = self.intrinsics.shared_scope == "shared.dyn"
+        return self.spec.dynamic_shared_mem if dynamic else self.spec.shared_mem_per_block
+
     def valid(self, knobs: Knobs) -> bool:
         threads = knobs["warps_m"] * knobs["warps_n"] * self.intrinsics.lanes
         # one 16-byte (or narrower) load per lane must not exceed what the vector registers take
         return (threads <= self.spec.max_threads_per_block
-                and self.shared_bytes(knobs) <= self.spec.shared_mem_per_block
+                and self.shared_bytes(knobs) <= self.shared_limit()
                 and knobs["vector"] * self.operand_bytes <= self.spec.vector_bytes)
 
     def apply(self, sch, knobs: Knobs) -> None:
