@@ -105,9 +105,11 @@ def _report(simulation) -> str:
     return "\n".join(str(site) for site in simulation.sites)
 
 
-# the default configs of the GPU tests' and the suite's shapes, and the suite's other stage counts that fit shared
-# memory (bfloat16 GEMMs take dlight's SIMT rule: no matrix-core intrinsic)
+# the default configs of the GPU tests' and the suite's shapes, and the suite's other configs that fit shared
+# memory: stage counts and its larger blocks (bfloat16 GEMMs take dlight's SIMT rule: no matrix-core intrinsic)
+LARGE_BLOCK = {"warps_m": 2, "frags_m": 4, "frags_n": 4, "stages": 3}
 DEFAULTS = [("gemm_1024", {}), ("gemm_4096", {}), ("gemm_4096", {"stages": 1}), ("gemm_4096", {"stages": 3}),
+            ("gemm_4096", {**LARGE_BLOCK, "warps_n": 2}), ("gemm_4096", {**LARGE_BLOCK, "warps_n": 4}),
             ("conv1x1_stride2", {})]
 IDS = [model + "".join(f"_{k}{v}" for k, v in knobs.items()) for model, knobs in DEFAULTS]
 
@@ -151,9 +153,10 @@ def test_padded_rows_of_16_elements_keep_a_store_conflict():
 @pytest.mark.parametrize("model,knobs", [("gemm_1024", {}), ("gemm_1024", {"stages": 1}),
                                          ("gemm_1024", {"warps_n": 4, "frags_n": 2}),
                                          ("gemm_1024", {"k_frags": 4, "vector": 4}), ("conv1x1_stride2", {}),
-                                         ("linear_f16", {"stages": 2}), ("attention_f16", {})],
+                                         ("linear_f16", {"stages": 2}), ("attention_f16", {}),
+                                         ("gemm_1024", {**LARGE_BLOCK, "warps_n": 4})],
                          ids=["default", "stages1", "rows128", "rows64_vector4", "conv1x1_stride2", "linear_padded",
-                              "attention_batched"])
+                              "attention_batched", "block128x256"])
 def test_permuted_layouts_hand_each_thread_the_dense_layout_s_elements(model, knobs):
     """Writers and readers agree on the permutation: every ldmatrix hands every thread the same global elements,
     in the same order, as the dense row-major layout of the same loops."""
