@@ -268,6 +268,35 @@ def test_pipelined_matrix_core_gemm_copies_with_cp_async_and_spills_nothing(stag
     assert_no_spills(ptx, tmp_path)
 
 
+def _kernel_body(cuda_source: str) -> str:
+    """The kernels of a CUDA source, without the type helpers printed ahead of them (they differ by type)."""
+    return cuda_source[cuda_source.index('extern "C" __global__'):]
+
+
+def test_bfloat16_gemm_is_the_float16_kernel_on_bf16_operands(tmp_path):
+    """TVM registers ldmatrix and mma.sync tensor intrinsics for float16 only, so bfloat16 GEMMs ran dlight's SIMT
+    rule (0.03x cuBLAS on an H200). With xcomp's bfloat16 intrinsics the matrix-core template emits the float16
+    kernel, line for line, on bfloat16: B through the transposing ldmatrix (a call that lost its element type
+    became a scalar gather loop there), mma.sync on .bf16 operands, and ptxas reports no spills."""
+    from xcomp.schedules import gpu
+
+    backend = _cuda_backend("sm_90")
+    code = {}
+    for dtype in ("float16", "bfloat16"):
+        mod = fused(_matmul_relu(dtype))
+        gv, func = matmul_prim_func(mod)
+        template = gpu.get_template(func, backend.schedule_context())
+        assert isinstance(template, gpu.MatrixCoreTemplate), dtype
+        mod[gv] = template.schedule(template.default_knobs())
+        code[dtype] = emit_module(backend, mod, tmp_path / dtype)
+    loop = _main_loop(code["bfloat16"]["ptx"])
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in loop
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in loop and "cp.async" in loop
+    renamed = _kernel_body(code["bfloat16"]["cu"]).replace("nv_bfloat16", "half").replace("bf16", "f16")
+    assert renamed == _kernel_body(code["float16"]["cu"])
+    assert_no_spills(code["bfloat16"]["ptx"], tmp_path)
+
+
 def assert_no_spills(ptx: str, tmp_path, arch: str = "sm_90") -> None:
     """ptxas -v (where the CUDA toolkit is installed) reports no local-memory spills in any kernel of `ptx`."""
     import shutil

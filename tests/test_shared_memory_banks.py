@@ -106,7 +106,7 @@ def _report(simulation) -> str:
 
 
 # the default configs of the GPU tests' and the suite's shapes, and the suite's other configs that fit shared
-# memory: stage counts and its larger blocks (bfloat16 GEMMs take dlight's SIMT rule: no matrix-core intrinsic)
+# memory: stage counts and its larger blocks (bfloat16 GEMMs emit the same kernels on another element type)
 LARGE_BLOCK = {"warps_m": 2, "frags_m": 4, "frags_n": 4, "stages": 3}
 DEFAULTS = [("gemm_1024", {}), ("gemm_4096", {}), ("gemm_4096", {"stages": 1}), ("gemm_4096", {"stages": 3}),
             ("gemm_4096", {**LARGE_BLOCK, "warps_n": 2}), ("gemm_4096", {**LARGE_BLOCK, "warps_n": 4}),

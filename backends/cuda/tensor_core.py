@@ -4,6 +4,12 @@ float16: TVM's tensor_intrin.cuda registers them: ldmatrix + mma.sync.m16n8k16; 
 instructions, operands come from dynamic shared memory through ldmatrix, and each of the 32 lanes holds 8 values
 of each tile.
 
+bfloat16: the same instructions on another 16-bit type (ldmatrix moves 16-bit elements whatever they hold;
+mma.sync.m16n8k16 takes .bf16 operands), but TVM registers them for float16 only, so they are registered here.
+Each ldmatrix call carries its element type: TVM's CUDA code generation takes a transposing ldmatrix of 8-bit
+elements apart into a gather loop, so a call re-parsed from TVMScript (which prints no type for it) loses B's
+transpose.
+
 tfloat32 (float32 models with --tf32): TVM's PTX code generation prints mma.sync.m16n8k8 on tf32 operands, but
 registers no tensor intrinsics for it, so they are registered here. ldmatrix moves 16-bit elements (its transpose
 would split a float32 in two), so each lane loads its fragment elements one by one, rounding each to tf32 on the
@@ -29,18 +35,80 @@ def fragment_intrinsics(spec, in_dtype: str, acc_dtype: str) -> FragmentIntrinsi
         return None
     if (in_dtype, acc_dtype) == ("tfloat32", "float32") and (shape.m, shape.n, shape.k) == (16, 8, 8):
         return _tf32_intrinsics(shape)
-    if (in_dtype, acc_dtype) != ("float16", "float32"):  # the pair TVM registers intrinsics for
+    if acc_dtype != "float32" or in_dtype not in ("float16", "bfloat16"):
         return None
     from tvm.s_tir.tensor_intrin import cuda as intrin
 
     layout = intrin.shared_16x16_to_ldmatrix_32x8_layout
+    if in_dtype == "float16":
+        names = {"load_a": intrin.LDMATRIX_f16_A_DYN_INTRIN, "load_b": intrin.LDMATRIX_f16_B_DYN_INTRIN,
+                 "compute": intrin.MMA_f16f16f32_INTRIN}
+    else:
+        names = _registered(_BF16_NAMES, lambda: {
+            "load_a": _ldmatrix(layout, "bfloat16", transpose=False),
+            "load_b": _ldmatrix(layout, "bfloat16", transpose=True),  # B's rows are K: mma wants it column-major
+            "compute": _mma_pair(shape, "bfloat16", "bf16", layout, layout, layout)})
     return FragmentIntrinsics(
-        k=16, lanes=_LANES, shared_scope="shared.dyn",
-        load_a=intrin.LDMATRIX_f16_A_DYN_INTRIN, load_b=intrin.LDMATRIX_f16_B_DYN_INTRIN,
-        compute=intrin.MMA_f16f16f32_INTRIN, fill=intrin.MMA_fill_16x16_f32_INTRIN,
+        k=16, lanes=_LANES, shared_scope="shared.dyn", **names, fill=intrin.MMA_fill_16x16_f32_INTRIN,
         store=intrin.MMA_store_16x16_f32_shared_dyn_INTRIN_SIMPLE,
         layout_a=layout, layout_b=layout, layout_c=layout, bank_layouts=True,
     )
+
+
+def _registered(names: dict, build) -> dict:
+    """`names` ({role: intrinsic name}), registering build()'s {role: (desc, impl)} under them on first use."""
+    from tvm.s_tir import TensorIntrin
+
+    try:
+        TensorIntrin.get(names["compute"])
+    except Exception:  # noqa: BLE001 - TVM raises a plain error for an unknown name: not registered yet
+        for role, funcs in build().items():
+            TensorIntrin.register(names[role], *funcs)
+    return names
+
+
+_BF16_NAMES = {"load_a": "xcomp_mma_ldmatrix_bf16_a_shared_dyn", "load_b": "xcomp_mma_ldmatrix_bf16_b_shared_dyn",
+               "compute": "xcomp_mma_bf16bf16f32"}
+
+
+def _ldmatrix(layout, dtype: str, transpose: bool):
+    """A 16 x 16 tile of 16-bit elements, shared -> one warp's registers by one ldmatrix.x4: lane l gives the
+    address of row l % 16, columns 8 (l // 16) on; `transpose` hands each lane the tile's columns instead."""
+    from tvm.script import tirx as T
+
+    local = _TILE * _TILE // _LANES
+
+    @T.prim_func(s_tir=True)
+    def load_desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
+        shared = T.match_buffer(shared_handle, (_TILE, _TILE), dtype, scope="shared.dyn", offset_factor=_TILE)
+        warp = T.match_buffer(warp_handle, (_LANES, local), dtype, scope="warp", offset_factor=_TILE)
+        with T.sblock("root"):
+            T.reads(shared[0:_TILE, 0:_TILE])
+            T.writes(warp[0:_LANES, 0:local])
+            for ax0, ax1 in T.grid(_TILE, _TILE):
+                with T.sblock("shared_warp"):
+                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                    lane, index = T.meta_var(layout(v0, v1))
+                    T.reads(shared[v0, v1])
+                    T.writes(warp[lane, index])
+                    warp[lane, index] = shared[v0, v1]
+
+    @T.prim_func(s_tir=True)
+    def load_impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
+        s0 = T.int32()
+        s1 = T.int32()
+        shared = T.match_buffer(shared_handle, (_TILE, _TILE), dtype, scope="shared.dyn", offset_factor=_TILE,
+                                strides=[s0, s1])
+        warp = T.match_buffer(warp_handle, (_LANES, local), dtype, scope="warp", offset_factor=_TILE)
+        with T.sblock("root"):
+            T.reads(shared[0:_TILE, 0:_TILE])
+            T.writes(warp[0:_LANES, 0:local])
+            for tx in T.thread_binding(0, _LANES, "threadIdx.x"):
+                T.evaluate(T.ptx_legacy.ldmatrix(
+                    transpose, 4, ".b16", warp.data, warp.elem_offset + local * tx, shared.access_ptr("r"),
+                    s0 * (tx % _TILE) + 8 * (tx // _TILE), dtype=dtype))
+
+    return load_desc, load_impl
 
 
 # mma.sync.m16n8k8 tf32 operand layouts (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), lane = 4 * group +
@@ -67,19 +135,16 @@ _TF32_NAMES = {"load_a": "xcomp_mma_load_tf32_a_shared_dyn", "load_b": "xcomp_mm
 
 
 def _tf32_intrinsics(shape) -> FragmentIntrinsics:
-    from tvm.s_tir import TensorIntrin
     from tvm.s_tir.tensor_intrin import cuda as intrin
 
-    try:
-        TensorIntrin.get(_TF32_NAMES["compute"])
-    except Exception:  # noqa: BLE001 - TVM raises a plain error for an unknown name: not registered yet
-        k = shape.k
-        TensorIntrin.register(_TF32_NAMES["load_a"], *_tf32_load(_TILE, k, tf32_layout_a, _tf32_a_element))
-        TensorIntrin.register(_TF32_NAMES["load_b"], *_tf32_load(k, _TILE, tf32_layout_b, _tf32_b_element))
-        TensorIntrin.register(_TF32_NAMES["compute"], *_tf32_mma(shape, intrin.shared_16x16_to_ldmatrix_32x8_layout))
+    k = shape.k
+    names = _registered(_TF32_NAMES, lambda: {
+        "load_a": _tf32_load(_TILE, k, tf32_layout_a, _tf32_a_element),
+        "load_b": _tf32_load(k, _TILE, tf32_layout_b, _tf32_b_element),
+        "compute": _mma_pair(shape, "float32", "tf32", tf32_layout_a, tf32_layout_b,
+                             intrin.shared_16x16_to_ldmatrix_32x8_layout)})
     return FragmentIntrinsics(
-        k=shape.k, lanes=_LANES, shared_scope="shared.dyn",
-        load_a=_TF32_NAMES["load_a"], load_b=_TF32_NAMES["load_b"], compute=_TF32_NAMES["compute"],
+        k=k, lanes=_LANES, shared_scope="shared.dyn", **names,
         # the accumulator's layout is mma.m16n8k16's, so TVM's float32 fill and store serve as they are
         fill=intrin.MMA_fill_16x16_f32_INTRIN, store=intrin.MMA_store_16x16_f32_shared_dyn_INTRIN_SIMPLE,
         layout_a=tf32_layout_a, layout_b=tf32_layout_b, layout_c=intrin.shared_16x16_to_ldmatrix_32x8_layout,
@@ -134,17 +199,21 @@ def _tf32_load(rows, cols, layout, element):
     return load_desc, load_impl
 
 
-def _tf32_mma(shape, layout_c):
-    """One 16 x 16 x k fragment product: two mma.sync m16n8k8 on the two n8 halves of B and C."""
+def _mma_pair(shape, dtype: str, ptx_type: str, layout_a, layout_b, layout_c):
+    """One 16 x 16 x k fragment product summed in float32: two mma.sync m16n8k on the two n8 halves of B and C, on
+    operands of `dtype` (PTX's `ptx_type`), widened to float32 as the template's block widens them."""
     from tvm.script import tirx as T
 
     k, local_ab, local_c = shape.k, _TILE * shape.k // _LANES, _TILE * _TILE // _LANES
     ptx_shape = f"m{shape.m}n{shape.n}k{shape.k}"
 
+    def widened(value):
+        return value if dtype == "float32" else T.Cast("float32", value)
+
     @T.prim_func(s_tir=True)
     def mma_desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (_LANES, local_ab), "float32", scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (_LANES, local_ab), "float32", scope="warp", offset_factor=1)
+        A = T.match_buffer(a, (_LANES, local_ab), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (_LANES, local_ab), dtype, scope="warp", offset_factor=1)
         C = T.match_buffer(c, (_LANES, local_c), "float32", scope="warp", offset_factor=1)
         with T.sblock("root"):
             T.reads(C[0:_LANES, 0:local_c], A[0:_LANES, 0:local_ab], B[0:_LANES, 0:local_ab])
@@ -153,16 +222,17 @@ def _tf32_mma(shape, layout_c):
                 with T.sblock("C"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, r])
                     lane_c, index_c = T.meta_var(layout_c(vi, vj))
-                    lane_a, index_a = T.meta_var(tf32_layout_a(vi, vk))
-                    lane_b, index_b = T.meta_var(tf32_layout_b(vk, vj))
+                    lane_a, index_a = T.meta_var(layout_a(vi, vk))
+                    lane_b, index_b = T.meta_var(layout_b(vk, vj))
                     T.reads(C[lane_c, index_c], A[lane_a, index_a], B[lane_b, index_b])
                     T.writes(C[lane_c, index_c])
-                    C[lane_c, index_c] = C[lane_c, index_c] + A[lane_a, index_a] * B[lane_b, index_b]
+                    C[lane_c, index_c] = C[lane_c, index_c] + widened(A[lane_a, index_a]) * widened(
+                        B[lane_b, index_b])
 
     @T.prim_func(s_tir=True)
     def mma_impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (_LANES, local_ab), "float32", scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (_LANES, local_ab), "float32", scope="warp", offset_factor=1)
+        A = T.match_buffer(a, (_LANES, local_ab), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (_LANES, local_ab), dtype, scope="warp", offset_factor=1)
         C = T.match_buffer(c, (_LANES, local_c), "float32", scope="warp", offset_factor=1)
         with T.sblock("root"):
             T.reads(C[0:_LANES, 0:local_c], A[0:_LANES, 0:local_ab], B[0:_LANES, 0:local_ab])
@@ -170,7 +240,7 @@ def _tf32_mma(shape, layout_c):
             for tx in T.thread_binding(0, _LANES, "threadIdx.x"):
                 for half in T.unroll(2):
                     T.evaluate(T.ptx_legacy.mma(
-                        ptx_shape, "row", "col", "tf32", "tf32", "fp32",
+                        ptx_shape, "row", "col", ptx_type, ptx_type, "fp32",
                         A.data, A.elem_offset + tx * local_ab,
                         B.data, B.elem_offset + tx * local_ab + half * (local_ab // 2),
                         C.data, C.elem_offset + tx * local_c + half * (local_c // 2),
