@@ -178,9 +178,9 @@ def random_search(template, backend, trials: int, seed: int):
 
 def run_knob_sweep(m, n, k, dtype, trials, dry_run):
     """The matrix-core template's default config, the same with each other count of 1-4 pipeline stages, two
-    larger block tiles, and the best of `trials` random configs (random_search, timing the group alone). Each named config is then built into
-    the whole one-GEMM model and checked against torch before its time counts: a fast wrong config must not look
-    like a gain."""
+    larger block tiles, and the best of `trials` random configs (random_search, timing the group alone). Each named
+    config is then built into the whole one-GEMM model and checked against torch before its time counts: a fast
+    wrong config must not look like a gain."""
     from xcomp.backends import get_backend
     from xcomp.frontends import load_onnx
     from xcomp.graph.partition import partition
