@@ -79,21 +79,6 @@ def _ldmatrix(layout, dtype: str, transpose: bool):
     local = _TILE * _TILE // _LANES
 
     @T.prim_func(s_tir=True)
-    def load_desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
-        shared = T.match_buffer(shared_handle, (_TILE, _TILE), dtype, scope="shared.dyn", offset_factor=_TILE)
-        warp = T.match_buffer(warp_handle, (_LANES, local), dtype, scope="warp", offset_factor=_TILE)
-        with T.sblock("root"):
-            T.reads(shared[0:_TILE, 0:_TILE])
-            T.writes(warp[0:_LANES, 0:local])
-            for ax0, ax1 in T.grid(_TILE, _TILE):
-                with T.sblock("shared_warp"):
-                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
-                    lane, index = T.meta_var(layout(v0, v1))
-                    T.reads(shared[v0, v1])
-                    T.writes(warp[lane, index])
-                    warp[lane, index] = shared[v0, v1]
-
-    @T.prim_func(s_tir=True)
     def load_impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0 = T.int32()
         s1 = T.int32()
@@ -108,7 +93,32 @@ def _ldmatrix(layout, dtype: str, transpose: bool):
                     transpose, 4, ".b16", warp.data, warp.elem_offset + local * tx, shared.access_ptr("r"),
                     s0 * (tx % _TILE) + 8 * (tx // _TILE), dtype=dtype))
 
-    return load_desc, load_impl
+    return _fragment_load_desc(_TILE, _TILE, dtype, layout, offset_factor=_TILE), load_impl
+
+
+def _fragment_load_desc(rows: int, cols: int, dtype: str, layout, offset_factor: int = 0):
+    """What loading a rows x cols operand tile from shared memory into one warp's registers computes: element
+    (r, c) goes to (lane, register) layout(r, c)."""
+    from tvm.script import tirx as T
+
+    local = rows * cols // _LANES
+
+    @T.prim_func(s_tir=True)
+    def load_desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
+        shared = T.match_buffer(shared_handle, (rows, cols), dtype, scope="shared.dyn", offset_factor=offset_factor)
+        warp = T.match_buffer(warp_handle, (_LANES, local), dtype, scope="warp", offset_factor=offset_factor)
+        with T.sblock("root"):
+            T.reads(shared[0:rows, 0:cols])
+            T.writes(warp[0:_LANES, 0:local])
+            for ax0, ax1 in T.grid(rows, cols):
+                with T.sblock("shared_warp"):
+                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                    lane, index = T.meta_var(layout(v0, v1))
+                    T.reads(shared[v0, v1])
+                    T.writes(warp[lane, index])
+                    warp[lane, index] = shared[v0, v1]
+
+    return load_desc
 
 
 # mma.sync.m16n8k8 tf32 operand layouts (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), lane = 4 * group +
@@ -167,21 +177,6 @@ def _tf32_load(rows, cols, layout, element):
     local = rows * cols // _LANES
 
     @T.prim_func(s_tir=True)
-    def load_desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
-        shared = T.match_buffer(shared_handle, (rows, cols), "float32", scope="shared.dyn")
-        warp = T.match_buffer(warp_handle, (_LANES, local), "float32", scope="warp")
-        with T.sblock("root"):
-            T.reads(shared[0:rows, 0:cols])
-            T.writes(warp[0:_LANES, 0:local])
-            for ax0, ax1 in T.grid(rows, cols):
-                with T.sblock("shared_warp"):
-                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
-                    lane, index = T.meta_var(layout(v0, v1))
-                    T.reads(shared[v0, v1])
-                    T.writes(warp[lane, index])
-                    warp[lane, index] = shared[v0, v1]
-
-    @T.prim_func(s_tir=True)
     def load_impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0 = T.int32()
         s1 = T.int32()
@@ -196,7 +191,7 @@ def _tf32_load(rows, cols, layout, element):
                     row, col = T.meta_var(element(tx, index))
                     warp[tx, index] = _round_to_tf32(shared[row, col])
 
-    return load_desc, load_impl
+    return _fragment_load_desc(rows, cols, "float32", layout), load_impl
 
 
 def _mma_pair(shape, dtype: str, ptx_type: str, layout_a, layout_b, layout_c):
