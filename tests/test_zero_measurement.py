@@ -99,6 +99,20 @@ def test_compile_uses_the_pick_and_still_matches_onnxruntime(monkeypatch):
     assert_matches_ort(module, model, {"x": x})
 
 
+def test_the_profile_labels_a_predicted_config_as_the_cost_model_s_not_tuned(monkeypatch):
+    """`xcomp bench`'s group table rebuilds each group from the module's knobs: it said "database" (tuned) for
+    a config the cost model picked, and timed a default against it as a tuning gain."""
+    from xcomp.report.measure import _default_vs_tuned
+    from xcomp.report.profile import profile_module
+
+    _with_made_up_predictor(monkeypatch)
+    module = xcomp.compile(_gemm_relu())
+    rows = profile_module(module, repeat=1, min_repeat_ms=1, progress=False)
+    _default_vs_tuned(module, rows, repeat=1)
+    assert {row.schedule for row in rows} == {choice["source"] for choice in module.info["schedules"].values()}
+    assert "costmodel" in {row.schedule for row in rows} and not any(row.tuned for row in rows)
+
+
 def test_no_costmodel_keeps_every_default(monkeypatch, tmp_path):
     from xcomp.cli import build_parser, main
 

@@ -106,12 +106,14 @@ def profile_module(module, repeat: int = 5, min_repeat_ms: int = 10, progress: b
     rows = []
     merged = unique_groups(module.groups)
     for key, (rep, count) in bar(merged.items(), desc="profile", unit="group", enabled=progress, leave=False):
-        knobs = (schedules.get(key) or {}).get("knobs")
-        func, choice = schedule_group(rep, backend.schedule_context(), knobs)
+        built = schedules.get(key) or {}
+        func, choice = schedule_group(rep, backend.schedule_context(), built.get("knobs"))
         median = float(np.median(time_func(func, backend, repeat, min_repeat_ms)))
         in_model_ms = _median([ms for g in module.groups if g.key == key for ms in in_model.get(g.name, [])])
+        # the source the module was built with: rebuilt from its knobs, every config would read as the database's
         rows.append(GroupProfile(rep.name, rep.kind, key, count, rep.flops, rep.bytes, rep.signature, median,
-                                 in_model_ms, roofline_ms(rep.flops, rep.bytes, roof_spec), choice.source))
+                                 in_model_ms, roofline_ms(rep.flops, rep.bytes, roof_spec),
+                                 built.get("source", choice.source)))
     in_model_seen = any(r.in_model_ms is not None for r in rows)
 
     def cost(r):
