@@ -53,7 +53,7 @@ def _output_dims(group) -> int:
 
 def test_convs_with_whole_channel_vectors_run_blocked_and_match_onnxruntime():
     model = _cnn()
-    module = xcomp.compile(model, progress=False)
+    module = xcomp.compile(model, progress=False, costmodel=False)
     x = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     convs = _conv_groups(module)
@@ -233,7 +233,7 @@ def test_hardswish_between_convs_keeps_them_blocked(form):
     inits += [_const("Wa", (32, 16, 3, 3), 1), _const("Wb", (32, 32, 3, 3), 2)]
     model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], inits, opset=opset)
-    module = xcomp.compile(model, progress=False)
+    module = xcomp.compile(model, progress=False, costmodel=False)
     x = {"x": np.random.default_rng(4).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}  # both sides of the clip
     assert_matches_ort(module, model, x)
     assert module.info["notes"] == []
@@ -265,7 +265,7 @@ def test_squeeze_excite_keeps_the_feature_map_blocked():
     first conv and out of the last (the pooled [1, 32, 1, 1] vector goes to NCHW for the 8-channel squeeze conv,
     whose output channels are less than a vector)."""
     model = _squeeze_excite_model()
-    module = xcomp.compile(model, progress=False)
+    module = xcomp.compile(model, progress=False, costmodel=False)
     x = {"x": np.random.default_rng(5).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     assert module.info["notes"] == []
@@ -322,7 +322,7 @@ def test_depthwise_convs_run_blocked_even_where_the_expansion_is_padded(stride, 
 
     lanes = get_backend("cpu").spec.simd_width
     model = _inverted_residual(9 * lanes, stride, activation)
-    module = xcomp.compile(model, progress=False)
+    module = xcomp.compile(model, progress=False, costmodel=False)
     x = {"x": np.random.default_rng(6).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     assert module.info["notes"] == []
@@ -377,7 +377,7 @@ def test_channels_padded_to_whole_vectors_stay_padded_until_a_conv_absorbs_them(
 
     lanes = get_backend("cpu").spec.simd_width
     model = _unaligned_block(lanes)
-    module = xcomp.compile(model, progress=False)
+    module = xcomp.compile(model, progress=False, costmodel=False)
     x = {"x": np.random.default_rng(7).uniform(-4, 4, (1, 16, 8, 8)).astype(np.float32)}
     assert_matches_ort(module, model, x)
     assert module.info["notes"] == []
