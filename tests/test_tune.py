@@ -449,6 +449,63 @@ def test_inside_the_model_a_tuned_config_replaces_the_default_only_where_it_wins
     assert choose({default: by_round[default]}, default) == default
 
 
+def _check_with_made_up_times(monkeypatch, picks: dict, ms):
+    """in_model.check_together on made-up builds of groups "a" and "b" (default knobs "d", picks as given):
+    ms(group or "neighbour", {group: knobs of the build}) -> ms per call; "neighbour" is a kernel of every build
+    that is no group. Returns (kept, checks, the configs of each build made)."""
+    import types
+
+    from xcomp.autotune import in_model
+    from xcomp.runtime import group_times
+
+    built = []
+
+    def build(group_knobs):
+        built.append({key: json.dumps(knobs) for key, knobs in group_knobs.items()})
+        groups = [types.SimpleNamespace(name=f"fused_{key}", key=key) for key in group_knobs]
+        return types.SimpleNamespace(groups=groups, configs=built[-1])
+
+    def made_up_inside(modules, runs):
+        return [{**{f"fused_{key}": [ms(key, module.configs)] * runs for key in module.configs},
+                 "neighbour": [ms("neighbour", module.configs)] * runs} for module in modules]
+
+    monkeypatch.setattr(group_times, "interleaved_in_model_times", made_up_inside)
+    defaults = {"a": json.dumps("d"), "b": json.dumps("d")}
+    kept, _, checks = in_model.check_together(build, build({"a": "d", "b": "d"}), defaults,
+                                              {key: json.dumps(knobs) for key, knobs in picks.items()},
+                                              progress=False)
+    return kept, checks, built[1:]
+
+
+def test_a_pick_that_loses_beside_the_other_picks_goes_back_to_its_default(monkeypatch):
+    """The rank builds time a pick beside the other groups' same-rank configs, not beside their picks. Here a's
+    pick is faster only while b runs its default: built together it loses, goes back, and b's pick is kept
+    from a second build in which the set beat the default build."""
+    def ms(group, configs):
+        if group == "a":
+            return 0.9 if configs["a"] == '"pa"' and configs["b"] == '"d"' else 1.2 if configs["a"] == '"pa"' else 1.0
+        return 0.8 if configs.get(group) == '"pb"' else 1.0
+
+    kept, checks, builds = _check_with_made_up_times(monkeypatch, {"a": "pa", "b": "pb"}, ms)
+    assert kept == {"b": '"pb"'}
+    assert [(c["picks"], c["held"], c["slower"]) for c in checks] == [(2, False, ["a"]), (1, True, [])]
+    assert builds == [{"a": '"pa"', "b": '"pb"'}, {"a": '"d"', "b": '"pb"'}]
+
+
+def test_picks_that_slow_a_kernel_beside_them_are_not_kept(monkeypatch):
+    """Each pick beats its default, but the set slows a kernel that is no pick (a consumer reading what a serial
+    pick left in one core's caches) by more than they gain: nothing is to blame alone, and the defaults stay."""
+    def ms(group, configs):
+        if group == "neighbour":
+            return 2.0 if configs["a"] == '"pa"' else 1.0
+        return 0.9 if configs[group] != '"d"' else 1.0
+
+    kept, checks, builds = _check_with_made_up_times(monkeypatch, {"a": "pa", "b": "pb"}, ms)
+    assert kept == {} and len(builds) == 1
+    assert checks == [{"picks": 2, "held": False, "slower": [], "rounds_won": 0, "model_default_ms": 3.0,
+                       "model_picked_ms": 3.8}]
+
+
 def test_a_failing_in_model_step_loses_nothing_the_search_measured(tmp_path, monkeypatch):
     """The in-model step runs after the whole search: if it fails, tune still returns its summary, says why,
     and compile --db uses the search's records."""

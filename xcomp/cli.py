@@ -328,12 +328,27 @@ def _print_in_model(refined):
     print(f"Inside the model (each group's default and {refined['ranks'] - 1} fastest other configs, "
           f"{refined['rounds']} x {refined['runs']} runs each; groups timed: {len(refined['groups'])}): defaults "
           f"{refined['model_default_ms']:.3f} -> picks {refined['model_picked_ms']:.3f} ms (ms x count). "
-          f"Keep their default (no tuned config beat it in every round): {len(kept)}. Run another tuned config than "
-          f"their fastest alone: {len(moved)}.")
+          f"Keep their default (no tuned config beat it in every round, or beside the other picks): {len(kept)}. "
+          f"Run another tuned config than their fastest alone: {len(moved)}.")
     for row in moved:
         times = row["in_model_ms"]
         fastest, picked = (times[canonical_knobs(row[k])] for k in ("fastest_alone", "picked"))
         print(f"  {row['group'][:40]}: {fastest:.4f} -> {picked:.4f} ms with {canonical_knobs(row['picked'])}")
+    _print_together(refined)
+
+
+def _print_together(refined):
+    """Each build of the picks together against the default build, and which picks went back to the default."""
+    names = {row["key"]: row["group"] for row in refined["groups"]}
+    for check in refined["together"]:
+        slower = [names[key] for key in check["slower"]]
+        listed = ", ".join(slower[:6]) + (", ..." if len(slower) > 6 else "")
+        print(f"Together: the model built with {check['picks']} picks against the default build, sum of group "
+              f"times {check['model_default_ms']:.3f} -> {check['model_picked_ms']:.3f} ms (faster in "
+              f"{check['rounds_won']} of {refined['rounds']} rounds)"
+              + (f"; {len(slower)} picks slower there go back to their default: {listed}." if slower else "."))
+    if refined["together"] and all(row["picked"] == row["default"] for row in refined["groups"]):
+        print("The picks did not beat the default build together: compile --db uses every group's default.")
 
 
 def cmd_tune(args):

@@ -11,6 +11,12 @@ each group's calls timed inside them (runtime/group_times.py). A tuned config is
 it was faster than the default in every round (choose); elsewhere the default stays. The pick's times go to the
 database as a record of their own timing (Timing.IN_MODEL), replacing the group's earlier one; being the
 group's newest record, it is what `compile --db` uses, until a later search measures the group again.
+
+Build i sets every group to its i-th config, so a pick was timed beside its neighbours' i-th configs, not beside
+their picks; where a config's speed depends on where its input lies (a serial pool after a parallel conv), a pick
+can lose among the others. So the picks are then built together and timed against the default build
+(check_together): they are kept only as a set that beat the default build in every round, the picks that lost
+there going back to their default.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from xcomp.timing import Timing
 TOP = 4  # configs per group timed inside the model, its default included (the model is built once per rank)
 ROUNDS = 4  # rounds the choice compares (choose); in each the builds alternate, RUNS runs of each
 RUNS = 10
+CHECKS = 4  # builds of the picks together, at most (check_together)
 
 
 def candidates(tasks, top: int) -> dict:
@@ -43,44 +50,109 @@ def candidates(tasks, top: int) -> dict:
     return chosen
 
 
-def time_configs_in_model(build, configs: dict, rounds: int = ROUNDS, runs: int = RUNS,
-                          progress: bool = True) -> dict:
-    """{group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}: each group's configs
-    (`configs`: {group key: [canonical knobs, ...]}) timed inside the model. build({group key: knobs}) ->
-    xcomp.Module; build i gives each group its i-th config (its last where it has fewer)."""
-    from xcomp.runtime.group_times import interleaved_in_model_times
-
+def build_ranks(build, configs: dict, progress: bool = True) -> list:
+    """The model built once per rank of `configs` ({group key: [canonical knobs, ...]}): build i gives each group
+    its i-th config (its last where it has fewer), so build 0 is the default build. build({group key: knobs}) ->
+    xcomp.Module."""
     ranks = max(len(knobs) for knobs in configs.values())
-
-    def pick(key, rank):
-        return configs[key][min(rank, len(configs[key]) - 1)]
-
-    steps = bar(total=ranks + rounds, desc="in the model", unit="step", enabled=progress, leave=False)
+    steps = bar(total=ranks, desc="in the model", unit="build", enabled=progress, leave=False)
     modules = []
     for rank in range(ranks):
-        modules.append(build({key: json.loads(pick(key, rank)) for key in configs}))
-        steps.update()
-    times = {key: {knobs: [[] for _ in range(rounds)] for knobs in knob_list} for key, knob_list in configs.items()}
-    for round_ in range(rounds):
-        for rank, (module, calls_by_name) in enumerate(zip(modules, interleaved_in_model_times(modules, runs))):
-            keys = {group.name: group.key for group in module.groups}
-            for name, calls in calls_by_name.items():
-                key = keys.get(name)
-                if key in configs:
-                    times[key][pick(key, rank)][round_].extend(calls)
+        modules.append(build({key: json.loads(_at_rank(knobs, rank)) for key, knobs in configs.items()}))
         steps.update()
     steps.close()
+    return modules
+
+
+def _at_rank(knobs: list, rank: int) -> str:
+    return knobs[min(rank, len(knobs) - 1)]
+
+
+def time_configs_in_model(modules, configs: dict, rounds: int = ROUNDS, runs: int = RUNS,
+                          progress: bool = True) -> dict:
+    """{group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}: each group's configs
+    (`configs`: {group key: [canonical knobs, ...]}) timed inside `modules`, the builds of build_ranks."""
+    times = {key: {knobs: [[] for _ in range(rounds)] for knobs in knob_list} for key, knob_list in configs.items()}
+    for round_, calls_by_module in enumerate(_rounds(modules, rounds, runs, progress)):
+        for rank, (module, calls_by_name) in enumerate(zip(modules, calls_by_module)):
+            for key, calls in _by_key(module, calls_by_name).items():
+                if key in configs:
+                    times[key][_at_rank(configs[key], rank)][round_].extend(calls)
     return times
+
+
+def _rounds(modules, rounds: int, runs: int, progress: bool, desc: str = "in the model"):
+    """Each round's interleaved_in_model_times of `modules`."""
+    from xcomp.runtime.group_times import interleaved_in_model_times
+
+    for _ in bar(range(rounds), desc=desc, unit="round", enabled=progress, leave=False):
+        yield interleaved_in_model_times(modules, runs)
+
+
+def _by_key(module, calls_by_name: dict) -> dict:
+    """{group key: [ms per call]} from {kernel name: [ms per call]}; kernels that are no group are left out."""
+    keys = {group.name: group.key for group in module.groups}
+    return {keys[name]: calls for name, calls in calls_by_name.items() if name in keys}
+
+
+def check_together(build, default_module, defaults: dict, picks: dict, rounds: int = ROUNDS, runs: int = RUNS,
+                   progress: bool = True) -> tuple:
+    """The picks that hold together: `picks` ({group key: canonical knobs}, those other than the group's default
+    in `defaults`) built into one model and timed against `default_module` (every group at its default) in
+    `rounds` rounds of `runs` runs, alternating. A set holds where the model's sum of group times (median per
+    call x calls, over every group) beats the default build's in every round. Where it holds, picks slower than
+    their default in every round go back to it; where it does not, so do picks slower in half the rounds or more;
+    the rest are built and timed again, up to CHECKS builds. The last set that held is kept; where none held, or
+    a losing set has no pick to blame (one that slows a neighbour), the defaults stay.
+    Returns (kept: {group key: canonical knobs}, {group key: [[ms per call] per round] of its kept pick, timed
+    together}, checks: [{picks, held, slower: [group keys sent back after it], model_default_ms, model_picked_ms,
+    rounds_won}])."""
+    trying = {key: knobs for key, knobs in picks.items() if knobs != defaults[key]}
+    kept, kept_times, checks = {}, {}, []
+    while trying and len(checks) < CHECKS:
+        module = build({key: json.loads(trying.get(key, knobs)) for key, knobs in defaults.items()})
+        default_times, times, totals = _time_together(default_module, module, set(trying), rounds, runs, progress)
+        won = sum(picked < default for default, picked in zip(*totals))
+        lost = {key: rounds - rounds_won({"default": default_times[key], "pick": times[key]}, "default")["pick"]
+                for key in trying}
+        held = won == rounds
+        if held:
+            kept, kept_times = dict(trying), times
+        slower = [key for key, rounds_lost in lost.items() if rounds_lost == rounds or
+                  (not held and 2 * rounds_lost >= rounds)]
+        checks.append({"picks": len(trying), "held": held, "slower": slower, "rounds_won": won,
+                       "model_default_ms": float(np.median(totals[0])), "model_picked_ms": float(np.median(totals[1]))})
+        if not slower:
+            break
+        trying = {key: knobs for key, knobs in trying.items() if key not in slower}
+    return kept, kept_times, checks
+
+
+def _time_together(default_module, module, keys: set, rounds: int, runs: int, progress: bool) -> tuple:
+    """({group key: [[ms per call] per round]} in the default build, the same in `module`, and each build's sum
+    of group times per round (median per call x calls per run, over every kernel)), for the groups of `keys`."""
+    times = ({key: [[] for _ in range(rounds)] for key in keys}, {key: [[] for _ in range(rounds)] for key in keys})
+    totals = ([], [])
+    modules = [default_module, module]
+    for round_, both in enumerate(_rounds(modules, rounds, runs, progress, "together")):
+        for by_key, total, built, calls_by_name in zip(times, totals, modules, both):
+            total.append(sum(float(np.median(calls)) * len(calls) / runs for calls in calls_by_name.values()))
+            for key, calls in _by_key(built, calls_by_name).items():
+                if key in by_key:
+                    by_key[key][round_].extend(calls)
+    return (*times, totals)
 
 
 def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs: int = RUNS,
            input_shapes=None, input_values=None, progress: bool = True) -> dict | None:
-    """Time each task's default and `top` - 1 fastest other configs inside the model, pick one per group (choose)
-    and store the pick's times (db.replace_picks); returns {ranks, rounds, runs, groups: [{group, key, count,
-    default, picked, fastest_alone, in_model_ms: {knobs: median}, rounds_won: {knobs: rounds faster than the
-    default}}], model_default_ms, model_fastest_alone_ms,
-    model_picked_ms} (sums over the refined groups of median x count; fastest_alone is the fastest alone of the
-    configs other than the default), or None where no group has a tuned config to set against its default."""
+    """Time each task's default and `top` - 1 fastest other configs inside the model, pick one per group (choose),
+    keep the picks that hold together (check_together) and store the kept configs' times (db.replace_picks);
+    returns {ranks, rounds, runs, groups: [{group, key, count, default, picked, fastest_alone, in_model_ms:
+    {knobs: median}, rounds_won: {knobs: rounds faster than the default}, slower_together: whether its pick went
+    back to the default because it lost beside the others}], together: check_together's checks,
+    model_default_ms, model_fastest_alone_ms, model_picked_ms} (sums over the refined groups of median x count
+    in the rank builds; fastest_alone is the fastest alone of the configs other than the default), or None where
+    no group has a tuned config to set against its default."""
     from xcomp.costmodel import FEATURES_VERSION
     from xcomp.pipeline import compile_model
 
@@ -92,29 +164,37 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
         return compile_model(model, backend.target_string, input_shapes, progress=False, input_values=input_values,
                              group_knobs=group_knobs, costmodel=False)  # the others at default, as measured
 
-    times = time_configs_in_model(build, configs, rounds, runs, progress)
+    modules = build_ranks(build, configs, progress)
+    times = time_configs_in_model(modules, configs, rounds, runs, progress)
+    default_module, ranks = modules[0], len(modules)
+    del modules  # the other builds' memory
+    timed = {key for key, by_knobs in times.items() if all(by_knobs[configs[key][0]])}  # not timed: a VM builtin
+    picks = {key: choose(times[key], configs[key][0]) for key in timed}
+    defaults = {key: knobs[0] for key, knobs in configs.items()}
+    kept, kept_times, checks = check_together(build, default_module, defaults, picks, rounds, runs, progress)
     target, fingerprint = backend.target_string, backend.spec.fingerprint()
     rows, stored = [], {}
     totals = {"model_default_ms": 0.0, "model_fastest_alone_ms": 0.0, "model_picked_ms": 0.0}
     for task in tasks:
         key = task.group.key
-        default, fastest_alone = (configs[key][:2] if key in configs else (None, None))
-        if default is None or not all(times[key][default]):
-            continue  # not refined, or its calls were not timed (a builtin in the VM): nothing to choose by
-        picked = choose(times[key], default)
+        if key not in timed:
+            continue
+        default, fastest_alone = configs[key][:2]
+        picked = kept.get(key, default)
         medians = {knobs: float(np.median(np.concatenate(by_round))) for knobs, by_round in times[key].items()}
+        calls = kept_times.get(key, times[key][default])
         stored[key] = [Record(key, task.group.kind, target, fingerprint, json.loads(picked),
-                              [ms for calls in times[key][picked] for ms in calls],
+                              [ms for round_calls in calls for ms in round_calls],
                               features_version=FEATURES_VERSION, timing=Timing.IN_MODEL)]
         rows.append({"group": task.group.name, "key": key, "count": task.count, "default": json.loads(default),
                      "picked": json.loads(picked), "fastest_alone": json.loads(fastest_alone),
-                     "in_model_ms": medians, "rounds_won": rounds_won(times[key], default)})
+                     "in_model_ms": medians, "rounds_won": rounds_won(times[key], default),
+                     "slower_together": picks[key] != default and key not in kept})
         for total, knobs in (("model_default_ms", default), ("model_fastest_alone_ms", fastest_alone),
                              ("model_picked_ms", picked)):
             totals[total] += medians[knobs] * task.count
     db.replace_picks(target, fingerprint, stored)
-    return {"ranks": max(len(k) for k in configs.values()), "rounds": rounds, "runs": runs, "groups": rows,
-            **totals}
+    return {"ranks": ranks, "rounds": rounds, "runs": runs, "groups": rows, "together": checks, **totals}
 
 
 def choose(by_round: dict, default: str) -> str:
@@ -136,7 +216,8 @@ def rounds_won(by_round: dict, default: str) -> dict:
 
 
 def kept_default(result: dict) -> list:
-    """The refined groups that keep their default: no tuned config beat it in every round inside the model."""
+    """The refined groups that keep their default: no tuned config beat it in every round inside the model, or
+    its pick lost beside the others (check_together)."""
     return [row for row in result["groups"] if canonical_knobs(row["picked"]) == canonical_knobs(row["default"])]
 
 
@@ -147,4 +228,5 @@ def changed(result: dict) -> list:
                                                       canonical_knobs(row["default"]))]
 
 
-__all__ = ["refine", "time_configs_in_model", "candidates", "choose", "rounds_won", "kept_default", "changed", "TOP"]
+__all__ = ["refine", "build_ranks", "time_configs_in_model", "check_together", "candidates", "choose", "rounds_won",
+           "kept_default", "changed", "TOP"]

@@ -464,7 +464,8 @@ def summary(tasks) -> list:
 
 def set_in_model_picks(rows, refined: dict) -> None:
     """Each refined group's GroupSummary says what compile --db runs: its pick inside the model (the default
-    unless a tuned config beat it there in every round), set against the default in the same runs."""
+    unless a tuned config beat it there in every round, alone and beside the other picks), set against the
+    default in the same runs."""
     picks = {row["key"]: row for row in refined["groups"]}
     for row in rows:
         pick = picks.get(row.key)
@@ -474,8 +475,13 @@ def set_in_model_picks(rows, refined: dict) -> None:
         row.default_ms, row.best_ms = pick["in_model_ms"][default], pick["in_model_ms"][picked]
         row.best_knobs, row.timed, row.kept_default = pick["picked"], "in-model", picked == default
         won = max(pick["rounds_won"].values(), default=0)
-        row.why = (f"no tuned config beat it inside the model in every round (the best in {won} of "
-                   f"{refined['rounds']})" if row.kept_default else "")
+        if pick["slower_together"]:
+            row.why = "its pick beat it inside the model, but not beside the other groups' picks"
+        elif row.kept_default:
+            row.why = (f"no tuned config beat it inside the model in every round (the best in {won} of "
+                       f"{refined['rounds']})")
+        else:
+            row.why = ""
 
 
 def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_budget_s=None, input_shapes=None,
