@@ -349,7 +349,8 @@ class _SlowerSecondTimeRunner(_FakeRunner):
 
 def _refine_with_times_inside(tmp_path, monkeypatch, inside_ms):
     """Tune the GEMM model with made-up times, then run the in-model step with made-up times inside the model:
-    inside_ms(candidates, knobs) -> ms per call of a candidate. Returns (model, backend, db path, task,
+    inside_ms(candidates, knobs, builds timed together) -> ms per call of a candidate (the rank builds are
+    timed TOP together, the build of the picks 2, with the default build). Returns (model, backend, db path, task,
     the candidates [default, fastest other alone, ...], the step's result)."""
     from xcomp.runtime import group_times
     from xcomp.autotune import in_model
@@ -369,7 +370,7 @@ def _refine_with_times_inside(tmp_path, monkeypatch, inside_ms):
             for module in modules:
                 (group,) = [g for g in module.groups if g.key == task.group.key]
                 knobs = canonical_knobs(module.info["schedules"][group.key]["knobs"])
-                times.append({group.name: [inside_ms(configs, knobs)] * runs})
+                times.append({group.name: [inside_ms(configs, knobs, len(modules))] * runs})
             return times
 
         monkeypatch.setattr(group_times, "interleaved_in_model_times", made_up_inside)
@@ -385,7 +386,7 @@ def test_a_config_fastest_alone_that_loses_to_the_default_inside_the_model_is_no
     from xcomp.autotune.tuner import set_in_model_picks, summary
     from xcomp.autotune.db import canonical_knobs
 
-    def default_fastest(configs, knobs):
+    def default_fastest(configs, knobs, builds):  # noqa: ARG001
         return 1.0 if knobs == configs[0] else 1.1 + configs.index(knobs) / 10
 
     model, backend, path, task, configs, result = _refine_with_times_inside(tmp_path, monkeypatch,
@@ -413,7 +414,7 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
     from xcomp.autotune.tuner import Tuner, model_tasks
     from xcomp.autotune.db import canonical_knobs
 
-    def reversed_inside(configs, knobs):
+    def reversed_inside(configs, knobs, builds):  # noqa: ARG001
         return 9.0 if knobs == configs[0] else float(len(configs) - configs.index(knobs))
 
     model, backend, path, task, alone, result = _refine_with_times_inside(tmp_path, monkeypatch, reversed_inside)
@@ -433,6 +434,29 @@ def test_the_fastest_config_inside_the_model_is_the_one_compile_uses(tmp_path, m
                       guided=False)
         (task,) = tuner.tune(model_tasks(model, backend, None)[0], trials=4)
     assert _best_knobs(path, [task.group], target, fingerprint) == {task.group.key: task.best_knobs}
+
+
+def test_a_pick_that_loses_in_the_build_of_the_picks_keeps_the_default_and_says_why(tmp_path, monkeypatch):
+    """A tuned config beats the default in the rank builds but not in the build of the picks together: the
+    default stays, in the database and in the summary, which says why."""
+    from xcomp.autotune import in_model
+    from xcomp.autotune.tuner import set_in_model_picks, summary
+
+    def slower_together(configs, knobs, builds):
+        return 1.0 if knobs == configs[0] else 0.9 if builds == in_model.TOP else 1.1
+
+    model, backend, path, task, configs, result = _refine_with_times_inside(tmp_path, monkeypatch,
+                                                                             slower_together)
+    (row,) = result["groups"]
+    assert row["slower_together"] and row["picked"] == row["default"]
+    assert [(c["picks"], c["held"]) for c in result["together"]] == [(1, False)]
+    default = task.template.default_knobs()
+    assert _best_knobs(path, [task.group], backend.target_string, backend.spec.fingerprint()) == {
+        task.group.key: default}
+    (summary_row,) = rows = summary([task])
+    set_in_model_picks(rows, result)
+    assert summary_row.kept_default and summary_row.best_knobs == default
+    assert summary_row.why == "its pick beat it inside the model, but not in the build of the picks together"
 
 
 def test_inside_the_model_a_tuned_config_replaces_the_default_only_where_it_wins_every_round():

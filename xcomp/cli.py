@@ -328,8 +328,8 @@ def _print_in_model(refined):
     print(f"Inside the model (each group's default and {refined['ranks'] - 1} fastest other configs, "
           f"{refined['rounds']} x {refined['runs']} runs each; groups timed: {len(refined['groups'])}): defaults "
           f"{refined['model_default_ms']:.3f} -> picks {refined['model_picked_ms']:.3f} ms (ms x count). "
-          f"Keep their default (no tuned config beat it in every round, or beside the other picks): {len(kept)}. "
-          f"Run another tuned config than their fastest alone: {len(moved)}.")
+          f"Keep their default (no tuned config beat it in every round, or not in the build of the picks "
+          f"together): {len(kept)}. Run another tuned config than their fastest alone: {len(moved)}.")
     for row in moved:
         times = row["in_model_ms"]
         fastest, picked = (times[canonical_knobs(row[k])] for k in ("fastest_alone", "picked"))

@@ -109,8 +109,10 @@ def check_together(build, default_module, defaults: dict, picks: dict, rounds: i
     rounds_won}])."""
     trying = {key: knobs for key, knobs in picks.items() if knobs != defaults[key]}
     kept, kept_times, checks = {}, {}, []
+    builds = bar(total=CHECKS, desc="together", unit="build", enabled=progress and bool(trying), leave=False)
     while trying and len(checks) < CHECKS:
         module = build({key: json.loads(trying.get(key, knobs)) for key, knobs in defaults.items()})
+        builds.update()
         default_times, times, totals = _time_together(default_module, module, set(trying), rounds, runs, progress)
         won = sum(picked < default for default, picked in zip(*totals))
         lost = {key: rounds - rounds_won({"default": default_times[key], "pick": times[key]}, "default")["pick"]
@@ -125,6 +127,7 @@ def check_together(build, default_module, defaults: dict, picks: dict, rounds: i
         if not slower:
             break
         trying = {key: knobs for key, knobs in trying.items() if key not in slower}
+    builds.close()
     return kept, kept_times, checks
 
 

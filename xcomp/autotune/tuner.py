@@ -476,7 +476,7 @@ def set_in_model_picks(rows, refined: dict) -> None:
         row.best_knobs, row.timed, row.kept_default = pick["picked"], "in-model", picked == default
         won = max(pick["rounds_won"].values(), default=0)
         if pick["slower_together"]:
-            row.why = "its pick beat it inside the model, but not beside the other groups' picks"
+            row.why = "its pick beat it inside the model, but not in the build of the picks together"
         elif row.kept_default:
             row.why = (f"no tuned config beat it inside the model in every round (the best in {won} of "
                        f"{refined['rounds']})")
