@@ -102,8 +102,8 @@ def check_together(build, default_module, defaults: dict, picks: dict, rounds: i
     `rounds` rounds of `runs` runs, alternating. A set holds where the model's sum of group times (median per
     call x calls, over every group) beats the default build's in every round. Where it holds, picks slower than
     their default in every round go back to it; where it does not, so do picks slower in half the rounds or more;
-    the rest are built and timed again, up to CHECKS builds. The last set that held is kept; where none held, or
-    a losing set has no pick to blame (one that slows a neighbour), the defaults stay.
+    the rest are built and timed again, up to CHECKS builds; a losing set with no pick to blame (one that slows a
+    neighbour) ends the checks. The last set that held is kept; where none held, the defaults stay.
     Returns (kept: {group key: canonical knobs}, {group key: [[ms per call] per round] of its kept pick, timed
     together}, checks: [{picks, held, slower: [group keys sent back after it], model_default_ms, model_picked_ms,
     rounds_won}])."""
@@ -152,7 +152,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
     keep the picks that hold together (check_together) and store the kept configs' times (db.replace_picks);
     returns {ranks, rounds, runs, groups: [{group, key, count, default, picked, fastest_alone, in_model_ms:
     {knobs: median}, rounds_won: {knobs: rounds faster than the default}, slower_together: whether its pick went
-    back to the default because it lost beside the others}], together: check_together's checks,
+    back to the default in check_together}], together: check_together's checks,
     model_default_ms, model_fastest_alone_ms, model_picked_ms} (sums over the refined groups of median x count
     in the rank builds; fastest_alone is the fastest alone of the configs other than the default), or None where
     no group has a tuned config to set against its default."""
@@ -220,7 +220,7 @@ def rounds_won(by_round: dict, default: str) -> dict:
 
 def kept_default(result: dict) -> list:
     """The refined groups that keep their default: no tuned config beat it in every round inside the model, or
-    its pick lost beside the others (check_together)."""
+    the build of the picks together did not keep its pick (check_together)."""
     return [row for row in result["groups"] if canonical_knobs(row["picked"]) == canonical_knobs(row["default"])]
 
 
