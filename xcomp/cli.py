@@ -335,6 +335,8 @@ def _print_in_model(refined):
         fastest, picked = (times[canonical_knobs(row[k])] for k in ("fastest_alone", "picked"))
         print(f"  {row['group'][:40]}: {fastest:.4f} -> {picked:.4f} ms with {canonical_knobs(row['picked'])}")
     _print_together(refined)
+    if refined["together"] and len(kept) == len(refined["groups"]):
+        print("The picks did not beat the default build together: compile --db uses every group's default.")
 
 
 def _print_together(refined):
@@ -347,8 +349,6 @@ def _print_together(refined):
               f"times {check['model_default_ms']:.3f} -> {check['model_picked_ms']:.3f} ms (faster in "
               f"{check['rounds_won']} of {refined['rounds']} rounds)"
               + (f"; {len(slower)} picks slower there go back to their default: {listed}." if slower else "."))
-    if refined["together"] and all(row["picked"] == row["default"] for row in refined["groups"]):
-        print("The picks did not beat the default build together: compile --db uses every group's default.")
 
 
 def cmd_tune(args):

@@ -68,31 +68,25 @@ def _at_rank(knobs: list, rank: int) -> str:
     return knobs[min(rank, len(knobs) - 1)]
 
 
-def time_configs_in_model(modules, configs: dict, rounds: int = ROUNDS, runs: int = RUNS,
-                          progress: bool = True) -> dict:
-    """{group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}: each group's configs
-    (`configs`: {group key: [canonical knobs, ...]}) timed inside `modules`, the builds of build_ranks."""
-    times = {key: {knobs: [[] for _ in range(rounds)] for knobs in knob_list} for key, knob_list in configs.items()}
-    for round_, calls_by_module in enumerate(_rounds(modules, rounds, runs, progress)):
-        for rank, (module, calls_by_name) in enumerate(zip(modules, calls_by_module)):
-            for key, calls in _by_key(module, calls_by_name).items():
-                if key in configs:
-                    times[key][_at_rank(configs[key], rank)][round_].extend(calls)
-    return times
-
-
-def _rounds(modules, rounds: int, runs: int, progress: bool, desc: str = "in the model"):
-    """Each round's interleaved_in_model_times of `modules`."""
+def time_configs_in_model(modules, configs: dict, rounds: int = ROUNDS, runs: int = RUNS, progress: bool = True,
+                          desc: str = "in the model") -> tuple:
+    """Each group's configs (`configs`: {group key: [canonical knobs, ...]}) timed inside `modules`, module i
+    running each group's i-th config (its last where it has fewer), the modules alternating run by run. Returns
+    ({group key: {canonical knobs: [[ms per call in round 0, ...], [... round 1], ...]}}, [[each round's sum of
+    kernel times per run (median per call x calls per run, over every kernel)] per module])."""
     from xcomp.runtime.group_times import interleaved_in_model_times
 
-    for _ in bar(range(rounds), desc=desc, unit="round", enabled=progress, leave=False):
-        yield interleaved_in_model_times(modules, runs)
-
-
-def _by_key(module, calls_by_name: dict) -> dict:
-    """{group key: [ms per call]} from {kernel name: [ms per call]}; kernels that are no group are left out."""
-    keys = {group.name: group.key for group in module.groups}
-    return {keys[name]: calls for name, calls in calls_by_name.items() if name in keys}
+    times = {key: {knobs: [[] for _ in range(rounds)] for knobs in knob_list} for key, knob_list in configs.items()}
+    totals = [[] for _ in modules]
+    for round_ in bar(range(rounds), desc=desc, unit="round", enabled=progress, leave=False):
+        for rank, (module, calls_by_name) in enumerate(zip(modules, interleaved_in_model_times(modules, runs))):
+            totals[rank].append(sum(float(np.median(calls)) * len(calls) / runs for calls in calls_by_name.values()))
+            keys = {group.name: group.key for group in module.groups}
+            for name, calls in calls_by_name.items():
+                key = keys.get(name)
+                if key in configs:
+                    times[key][_at_rank(configs[key], rank)][round_].extend(calls)
+    return times, totals
 
 
 def check_together(build, default_module, defaults: dict, picks: dict, rounds: int = ROUNDS, runs: int = RUNS,
@@ -113,13 +107,14 @@ def check_together(build, default_module, defaults: dict, picks: dict, rounds: i
     while trying and len(checks) < CHECKS:
         module = build({key: json.loads(trying.get(key, knobs)) for key, knobs in defaults.items()})
         builds.update()
-        default_times, times, totals = _time_together(default_module, module, set(trying), rounds, runs, progress)
+        times, totals = time_configs_in_model([default_module, module],
+                                              {key: [defaults[key], knobs] for key, knobs in trying.items()},
+                                              rounds, runs, progress, desc="together")
         won = sum(picked < default for default, picked in zip(*totals))
-        lost = {key: rounds - rounds_won({"default": default_times[key], "pick": times[key]}, "default")["pick"]
-                for key in trying}
+        lost = {key: rounds - rounds_won(times[key], defaults[key])[knobs] for key, knobs in trying.items()}
         held = won == rounds
         if held:
-            kept, kept_times = dict(trying), times
+            kept, kept_times = dict(trying), {key: times[key][knobs] for key, knobs in trying.items()}
         slower = [key for key, rounds_lost in lost.items() if rounds_lost == rounds or
                   (not held and 2 * rounds_lost >= rounds)]
         checks.append({"picks": len(trying), "held": held, "slower": slower, "rounds_won": won,
@@ -129,21 +124,6 @@ def check_together(build, default_module, defaults: dict, picks: dict, rounds: i
         trying = {key: knobs for key, knobs in trying.items() if key not in slower}
     builds.close()
     return kept, kept_times, checks
-
-
-def _time_together(default_module, module, keys: set, rounds: int, runs: int, progress: bool) -> tuple:
-    """({group key: [[ms per call] per round]} in the default build, the same in `module`, and each build's sum
-    of group times per round (median per call x calls per run, over every kernel)), for the groups of `keys`."""
-    times = ({key: [[] for _ in range(rounds)] for key in keys}, {key: [[] for _ in range(rounds)] for key in keys})
-    totals = ([], [])
-    modules = [default_module, module]
-    for round_, both in enumerate(_rounds(modules, rounds, runs, progress, "together")):
-        for by_key, total, built, calls_by_name in zip(times, totals, modules, both):
-            total.append(sum(float(np.median(calls)) * len(calls) / runs for calls in calls_by_name.values()))
-            for key, calls in _by_key(built, calls_by_name).items():
-                if key in by_key:
-                    by_key[key][round_].extend(calls)
-    return (*times, totals)
 
 
 def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs: int = RUNS,
@@ -168,7 +148,7 @@ def refine(model, backend, db, tasks, top: int = TOP, rounds: int = ROUNDS, runs
                              group_knobs=group_knobs, costmodel=False)  # the others at default, as measured
 
     modules = build_ranks(build, configs, progress)
-    times = time_configs_in_model(modules, configs, rounds, runs, progress)
+    times, _ = time_configs_in_model(modules, configs, rounds, runs, progress)
     default_module, ranks = modules[0], len(modules)
     del modules  # the other builds' memory
     timed = {key for key, by_knobs in times.items() if all(by_knobs[configs[key][0]])}  # not timed: a VM builtin
