@@ -4,6 +4,7 @@ template per group kind, all sized from the HardwareSpec (vector lanes, cores)."
 from __future__ import annotations
 
 from ..rules import Rule, any_group, dispatch, of_kind
+from .attention import AttentionTemplate, is_attention
 from .common import CpuTemplate, GenericTemplate
 from .conv import of_form
 from .conv_blocked import BlockedConvTemplate
@@ -24,6 +25,7 @@ RULES = [
     Rule("conv_depthwise", of_form("depthwise"), DepthwiseConvTemplate),
     Rule("conv_depthwise_blocked", of_form("depthwise_blocked"), BlockedDepthwiseConvTemplate),
     Rule("conv_unpacked", of_form("unpacked"), UnpackedConvTemplate),
+    Rule("attention", is_attention, AttentionTemplate),
     Rule("matmul", of_kind("matmul"), MatmulTemplate),
     Rule("rows", has_row_partials, RowTemplate),
     Rule("generic", any_group, GenericTemplate),

@@ -234,6 +234,32 @@ def _row_reduce(x, axis: int, reduce, name: str):
     return te.compute((*rows, 1), lambda *i: combine(across(*i), rest(*i)), name=name)
 
 
+def _row_index(axis):
+    """The index of the reduced (keepdims) value of a row reduction over `axis` for element idx."""
+    return lambda idx: [0 if n == axis else v for n, v in enumerate(idx)]
+
+
+def softmax_stages(x, axis: int):
+    """softmax's stages over one axis of x: (the row's max, the exponentials of the differences, their sum)."""
+    from tvm import te
+
+    row = _row_index(axis)
+    peak = _row_reduce(x, axis, te.max, "T_softmax_max")
+    # computed once and stored: inlined, the exp would be evaluated again for the division (and as scalar
+    # code inside the sum's reduction loop)
+    exps = te.compute(x.shape, lambda *i: _bind(x(*i) - peak(*row(i)), _exp_of_nonpositive),
+                      name="T_softmax_exp", attrs={MATERIALIZE: 1})
+    return peak, exps, _row_reduce(exps, axis, te.sum, "T_softmax_sum")
+
+
+def softmax_inverse(total):
+    """1 / a row's sum, once per row: a vector division per element took a quarter of the row's time."""
+    from tvm import te
+
+    return te.compute(total.shape, lambda *i: _const(1.0) / total(*i), name="T_softmax_inverse",
+                      attrs={MATERIALIZE: 1})
+
+
 def _softmax(log: bool):
     """softmax / log_softmax over one axis: max, exp of the difference, sum, then multiply by the sum's inverse
     (or subtract its log)."""
@@ -242,22 +268,12 @@ def _softmax(log: bool):
         from tvm import te, tirx
 
         axis = axis % len(x.shape)
-
-        def row(idx):  # the index of the reduced (keepdims) value for element idx
-            return [0 if n == axis else v for n, v in enumerate(idx)]
-
-        peak = _row_reduce(x, axis, te.max, "T_softmax_max")
-        # computed once and stored: inlined, the exp would be evaluated again for the division (and as scalar
-        # code inside the sum's reduction loop)
-        exps = te.compute(x.shape, lambda *i: _bind(x(*i) - peak(*row(i)), _exp_of_nonpositive),
-                          name="T_softmax_exp", attrs={MATERIALIZE: 1})
-        total = _row_reduce(exps, axis, te.sum, "T_softmax_sum")
+        row = _row_index(axis)
+        peak, exps, total = softmax_stages(x, axis)
         if log:
             return te.compute(x.shape, lambda *i: x(*i) - peak(*row(i)) - tirx.log(total(*row(i))),
                               name="T_log_softmax_norm")
-        # one division per row: a vector division per element took a quarter of the row's time
-        inverse = te.compute(total.shape, lambda *i: _const(1.0) / total(*i), name="T_softmax_inverse",
-                             attrs={MATERIALIZE: 1})
+        inverse = softmax_inverse(total)
         return te.compute(x.shape, lambda *i: exps(*i) * inverse(*row(i)), name="T_softmax_norm")
 
     def lower(bb, call):

@@ -57,6 +57,7 @@ def graph_passes(spec, notes: list | None = None):
     from tvm import relax
 
     from xcomp import schedules
+    from xcomp.graph.attention import FuseAttention
     from xcomp.graph.const_fold import FoldConstantsNumpy
     from xcomp.graph.conv1d import Conv1dAsConv2d
     from xcomp.graph.fold_affine import FoldConvAffine
@@ -71,6 +72,8 @@ def graph_passes(spec, notes: list | None = None):
     layout = [] if spec.is_gpu else [BlockedConvLayout(spec.simd_width, notes), *fold]
     # GPU matmul templates have not been measured reading a transposed operand in place
     operands = [] if spec.is_gpu else [ReadTransposedOperands()]
+    # GPU attention keeps its three groups: no GPU template computes the fused one
+    attention = [] if spec.is_gpu else [FuseAttention(spec)]
     return tvm.ir.transform.Sequential(
         [
             # sort, top-k, cumsum and friends have no LegalizeOps rule: lower them for the target first
@@ -82,6 +85,7 @@ def graph_passes(spec, notes: list | None = None):
             *fold,
             FoldConvAffine(),
             *layout,
+            *attention,
             *operands,
             relax.transform.DeadCodeElimination(),
             relax.transform.LegalizeOps(customize_legalize_map=schedules.legalize_map(spec)),
