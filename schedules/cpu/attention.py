@@ -63,7 +63,7 @@ def is_attention(func, kind, ctx) -> bool:  # noqa: ARG001 - the marker is in th
     """A rule's claims: a group built by attention_compute."""
     from tvm import s_tir
 
-    return with_role(root_blocks(s_tir.Schedule(func), symbolic=True), SCORES) is not None
+    return kind == "matmul" and with_role(root_blocks(s_tir.Schedule(func), symbolic=True), SCORES) is not None
 
 
 class AttentionTemplate(CpuTemplate):
