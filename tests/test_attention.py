@@ -28,10 +28,20 @@ def _attention_model(heads, rows, keys, depth, logits=("scale", "mask"), probs_o
         if step == "scale":
             inits.append(numpy_helper.from_array(np.array(depth ** -0.5, np.float32), "scale"))
             nodes.append(helper.make_node("Div", [last, "scale"], [f"s{n + 1}"]))
+        elif step == "cast":  # GPT-2's exporter casts float32 scores and probabilities to float32
+            nodes.append(helper.make_node("Cast", [last], [f"s{n + 1}"], to=TensorProto.FLOAT))
+        elif step == "causal":  # GPT-2's: where(causal, scores, the float's least value)
+            causal = np.tril(np.ones((rows, keys), bool), keys - rows).reshape(1, 1, rows, keys)
+            inits += [numpy_helper.from_array(causal, "causal"),
+                      numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "least")]
+            nodes.append(helper.make_node("Where", ["causal", last, "least"], [f"s{n + 1}"]))
         else:  # the mask on the left: the scores are found on either side of an add
             nodes.append(helper.make_node("Add", ["mask", last], [f"s{n + 1}"]))
         last = f"s{n + 1}"
-    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
+    if "cast" in logits:
+        nodes.append(helper.make_node("Cast", ["p"], ["p_cast"], to=TensorProto.FLOAT))
+    nodes.append(helper.make_node("MatMul", ["p_cast" if "cast" in logits else "p", "v"], ["y"]))
     inputs = [_value("q", (1, heads, rows, depth)), _value("k", (1, heads, keys, depth)),
               _value("v", (1, heads, keys, depth))]
     if "mask" in logits:
@@ -58,7 +68,7 @@ def _group_names(module):
 
 # 4 heads of 999 x 1000 scores are 16 MB, past the L2 caches of any host CI meets (the fusion's threshold); the
 # odd lengths take the key padding and a last task of fewer rows
-@pytest.mark.parametrize("logits", [(), ("scale", "mask"), ("mask", "scale")])
+@pytest.mark.parametrize("logits", [(), ("scale", "mask"), ("mask", "scale"), ("scale", "cast", "causal", "mask")])
 def test_long_attention_runs_as_one_group_and_matches_onnxruntime(logits):
     model = _attention_model(heads=4, rows=999, keys=1000, depth=32, logits=logits)
     module = xcomp.compile(model)

@@ -1,16 +1,25 @@
 """Fuse attention, `matmul(softmax(logits(matmul(q, k^T))), v)`, into one group (schedules/cpu/attention.py).
 
-`logits` is what models put between the scores and the softmax: a scaling by a constant and an added mask, in
-any order. It fuses where every intermediate has no other use, every shape is static, v's rows are whole vectors
-and the scores of one batch entry are larger than the L2 caches of all cores together. Smaller scores stay in
-those caches between the three groups, and there the three ran as fast or faster (docs/decisions/attention.md).
+`logits` is what models put between the scores and the softmax: scalings by a constant, added masks and causal
+masks selecting between the scores and a constant, in any order, and casts of float32 to float32. It fuses where
+every intermediate has no other use, every shape is static, v's rows are whole vectors and the scores of one batch
+entry are larger than the L2 caches of all cores together. Smaller scores stay in those caches between the three
+groups, and there the three ran as fast or faster (docs/decisions/attention.md).
 """
 
 from __future__ import annotations
 
-# the logits ops the fused group computes: binary ops with a constant or a mask broadcast to the scores
-_BINARY = {"relax.add": lambda a, b: a + b, "relax.subtract": lambda a, b: a - b,
-           "relax.multiply": lambda a, b: a * b, "relax.divide": lambda a, b: a / b}
+# the logits steps the fused group computes, each as f(score, its operands): a constant or a mask combined with
+# the scores, or a mask selecting between the scores and a constant
+_STEPS = {"add": lambda s, o: s + o[0], "subtract": lambda s, o: s - o[0], "multiply": lambda s, o: s * o[0],
+          "divide": lambda s, o: s / o[0], "where": lambda s, o: _select(o[0], s, o[1]),
+          "where_else": lambda s, o: _select(o[0], o[1], s)}
+
+
+def _select(condition, true_value, false_value):
+    from tvm import tirx
+
+    return tirx.Select(condition, true_value, false_value)
 
 
 def _is_op(expr, name):
@@ -18,6 +27,10 @@ def _is_op(expr, name):
     from tvm import relax
 
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def _is_noop_cast(expr):
+    return _is_op(expr, "relax.astype") and str(expr.attrs.dtype) == str(expr.args[0].ty.dtype)
 
 
 def _static_shape(expr):
@@ -62,18 +75,19 @@ class _Match:
 
     def __init__(self, q, kt, v, steps, shape):
         self.q, self.kt, self.v, self.shape = q, kt, v, shape
-        # (op, a float or a tensor): a one-element constant goes into the group's code, and a division by it
-        # becomes a product with its inverse (a vector division per score took longer than the scores' FMAs)
+        # (step, [a float or a tensor per operand]): a one-element constant goes into the group's code, and a
+        # division by it becomes a product with its inverse (a vector division per score took longer than the
+        # scores' FMAs)
         self.steps = []
-        for name, other in steps:
-            scalar = _as_scalar(other)
-            if scalar is not None and name == "relax.divide":
-                name, scalar = "relax.multiply", 1.0 / scalar
-            self.steps.append((name, other if scalar is None else scalar))
+        for kind, operands in steps:
+            scalars = [_as_scalar(x) for x in operands]
+            if kind == "divide" and scalars[0] is not None:
+                kind, scalars = "multiply", [1.0 / scalars[0]]
+            self.steps.append((kind, [x if scalar is None else scalar for x, scalar in zip(operands, scalars)]))
 
     def tensors(self):
         """The tensors the logits steps read: inputs of the group."""
-        return [other for _, other in self.steps if not isinstance(other, float)]
+        return [x for _, operands in self.steps for x in operands if not isinstance(x, float)]
 
 
 def fuse_attention(mod, lanes: int, l2_bytes: int):
@@ -103,6 +117,8 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
                 return None
             probs, v = call.args
             softmax = self.step_from(probs)
+            while _is_noop_cast(softmax):  # exporters cast the probabilities to v's dtype, float32 already
+                softmax = self.step_from(softmax.args[0])
             if not _is_op(softmax, "relax.nn.softmax"):
                 return None
             x = softmax.args[0]
@@ -115,6 +131,9 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
                     return None
                 if _is_op(value, "relax.matmul"):
                     break
+                if _is_noop_cast(value):
+                    x = value.args[0]
+                    continue
                 step = _logits_step(value)
                 if step is None:
                     return None
@@ -156,17 +175,22 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
 
 
 def _logits_step(value):
-    """(op, the other operand, the scores' side) for a logits step, else None: a binary op whose other operand
-    (a constant, a mask) broadcasts to the scores."""
-    name = getattr(value.op, "name", None)
-    if name not in _BINARY:
+    """(step, its operands, the scores' side) for a logits step, else None: a binary op whose other operand (a
+    constant, a mask) broadcasts to the scores, or where(mask, scores, other) / where(mask, other, scores)."""
+    name = getattr(value.op, "name", "").removeprefix("relax.")
+    shape = _static_shape(value)
+    if name == "where":
+        condition, first, second = value.args
+        if _static_shape(first) == shape:
+            return "where", [condition, second], first
+        return ("where_else", [condition, first], second) if _static_shape(second) == shape else None
+    if name not in _STEPS:
         return None
     lhs, rhs = value.args
-    shape = _static_shape(value)
     if _static_shape(lhs) == shape:
-        return name, rhs, lhs
-    if _static_shape(rhs) == shape and name in ("relax.add", "relax.multiply"):
-        return name, lhs, rhs
+        return name, [rhs], lhs
+    if _static_shape(rhs) == shape and name in ("add", "multiply"):
+        return name, [lhs], rhs
     return None
 
 
@@ -178,12 +202,13 @@ def _compute(steps, keys: int):
 
     def build(q, kt, v, *tensors):
         bound = iter(tensors)
-        ops = [(name, other if isinstance(other, float) else next(bound)) for name, other in steps]
+        ops = [(kind, [x if isinstance(x, float) else next(bound) for x in operands]) for kind, operands in steps]
 
         def logits(score, index):
-            for name, other in ops:
-                value = tirx.const(other, "float32") if isinstance(other, float) else _broadcast_read(other, index)
-                score = _BINARY[name](score, value)
+            for kind, operands in ops:
+                values = [tirx.const(x, "float32") if isinstance(x, float) else _broadcast_read(x, index)
+                          for x in operands]
+                score = _STEPS[kind](score, values)
             return score
 
         return attention_compute(q, kt, v, keys, logits)
