@@ -8,7 +8,7 @@ exponentials (rows x the key length) in its own cache: the two products run as r
 template's, and the softmax between them in vector lanes like the row template's (docs/decisions/attention.md).
 
 The graph pass (xcomp/graph/attention.py) builds the group with `attention_compute` and pads k^T's key axis to
-whole vectors: the scores' tiles then need no tail. The padded keys are computed, never read.
+whole vectors: the scores' tiles then need no tail. The padded keys' logits are -inf, so their exponentials are 0.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..analysis import ROLE, ROW_PARTIALS, root_blocks, with_role
 from ..template import Declined, Knob
 from .common import CpuTemplate, divisors, inline_injective, vector_registers
+from .rows import split_whole_vectors, vectorize_partials
 
 SCORES = "attention_scores"  # the q k^T block
 WEIGHTED = "attention_weighted"  # the exponentials times v
@@ -34,11 +35,10 @@ def attention_compute(q, kt, v, keys: int, logits):
     from .vector_math import softmax_inverse, softmax_stages
 
     *batch, rows, depth = q.shape
-    d = te.reduce_axis((0, depth), name="d")
-    scores = te.compute((*batch, rows, kt.shape[-1]),
-                        lambda *i: te.sum(q(*i[:-1], d) * kt(*i[:-2], d, i[-1]), axis=d),
-                        name="T_attention_scores", attrs={ROLE: SCORES})
     padded = kt.shape[-1]
+    d = te.reduce_axis((0, depth), name="d")
+    scores = te.compute((*batch, rows, padded), lambda *i: te.sum(q(*i[:-1], d) * kt(*i[:-2], d, i[-1]), axis=d),
+                        name="T_attention_scores", attrs={ROLE: SCORES})
 
     def logit(*i):
         # the padding's logits are -inf, so their exponentials are 0; the model's own terms (a mask) are read at
@@ -80,8 +80,8 @@ class AttentionTemplate(CpuTemplate):
         scores, weighted = with_role(infos, SCORES), with_role(infos, WEIGHTED)
         if any(e is None for info in infos for e in info.extents):
             raise Declined("schedules static shapes only")
-        *_, self.m, self.padded, self.depth = scores.extents
-        *_, self.e, self.keys = weighted.extents
+        *_, self.m, self.padded, _ = scores.extents
+        self.e = weighted.extents[-2]
         self.lanes = self.spec.simd_width
         if self.padded % self.lanes or self.e % self.lanes:
             raise Declined("the key padding or v's width is not a whole number of vectors")
@@ -127,13 +127,10 @@ class AttentionTemplate(CpuTemplate):
                 continue
             inner = sch.get_loops(info.rv)[1:]
             if info.block.annotations.get(ROLE) == ROW_PARTIALS:
-                *_, lane, step = inner
-                sch.reorder(step, lane)
-                sch.vectorize(lane)
-                sch.decompose_reduction(info.rv, step)
+                vectorize_partials(sch, info.rv, inner)
             elif not info.is_reduction and inner:
-                self._vectorize(sch, inner[-1])
-        self._vectorize(sch, sch.get_loops(out)[-1])
+                split_whole_vectors(sch, inner[-1], self.lanes)
+        split_whole_vectors(sch, sch.get_loops(out)[-1], self.lanes)
 
     def _tile(self, sch, block, write_back, mr, nr):
         """A register tile of mr rows x nr vectors, the reduction inside it, written back per tile."""
@@ -151,15 +148,6 @@ class AttentionTemplate(CpuTemplate):
         sch.unroll(wco)
         sch.vectorize(wcv)
         sch.decompose_reduction(block, reduction)
-
-    def _vectorize(self, sch, columns):
-        """Whole vectors of a row's columns, the rest a scalar loop."""
-        count = int(sch.get(columns).extent)
-        whole = count // self.lanes * self.lanes
-        if not whole:
-            return
-        body = sch.loop_partition(columns, [whole, None])[0] if count != whole else columns
-        sch.vectorize(sch.split(body, [None, self.lanes])[1])
 
 
 __all__ = ["AttentionTemplate", "attention_compute", "is_attention"]

@@ -76,10 +76,7 @@ class RowTemplate(CpuTemplate):
         for info in root_blocks(sch, symbolic=True):
             inner = sch.get_loops(info.rv)[len(rows):]
             if info.block.annotations.get(ROLE) == ROW_PARTIALS:
-                *_, lane, step = inner  # (..., lanes, the row's vectors)
-                sch.reorder(step, lane)
-                sch.vectorize(lane)
-                sch.decompose_reduction(info.rv, step)
+                vectorize_partials(sch, info.rv, inner)
             elif not info.is_reduction and inner:
                 self._vectorize_columns(sch, inner[-1], prefetch_next_row=first_elementwise)
                 first_elementwise = False
@@ -104,13 +101,8 @@ class RowTemplate(CpuTemplate):
             if prefetch_next_row:
                 sch.annotate(columns, NEXT_ROW, lanes)
             return
-        whole = count // lanes * lanes
-        if not whole:
-            return
-        body = sch.loop_partition(columns, [whole, None])[0] if count != whole else columns
-        vectors, lane = sch.split(body, [None, lanes])
-        sch.vectorize(lane)
-        if prefetch_next_row:
+        vectors = split_whole_vectors(sch, columns, lanes)
+        if vectors is not None and prefetch_next_row:
             sch.annotate(vectors, NEXT_ROW, lanes)
 
     def finish(self, func):
@@ -124,6 +116,28 @@ class RowTemplate(CpuTemplate):
         # the partition copies a stage's body, and with it the variables its Lets bind (vector_math's exp):
         # each copy gets its own
         return super().finish(nest.in_ssa_form(func.with_body(body)))
+
+
+def vectorize_partials(sch, block, inner) -> None:
+    """A ROW_PARTIALS block's lanes vectorized inside its steps over the row's vectors; `inner` are its loops
+    inside the rows (..., lanes, the row's vectors)."""
+    *_, lane, step = inner
+    sch.reorder(step, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(block, step)
+
+
+def split_whole_vectors(sch, columns, lanes: int):
+    """A static column loop as whole vectors (its inner loop vectorized) and then a scalar loop over the rest; the
+    loop over the whole vectors, or None when the row is shorter than a vector."""
+    count = loop_extent(sch, columns)
+    whole = count // lanes * lanes
+    if not whole:
+        return None
+    body = sch.loop_partition(columns, [whole, None])[0] if count != whole else columns
+    vectors, lane = sch.split(body, [None, lanes])
+    sch.vectorize(lane)
+    return vectors
 
 
 def _prefetch_next_row(loop, body, path, buffers):
@@ -182,4 +196,4 @@ def _bound(realize, var, value):
     return SBlockRealize(bindings, predicate, realize.block)
 
 
-__all__ = ["RowTemplate", "has_row_partials"]
+__all__ = ["RowTemplate", "has_row_partials", "split_whole_vectors", "vectorize_partials"]
