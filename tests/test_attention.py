@@ -17,9 +17,11 @@ def _value(name, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
 
 
-def _attention_model(heads, rows, keys, depth, logits=("scale", "mask"), probs_out=False):
+def _attention_model(heads, rows, keys, depth, logits=("scale", "mask"), probs_out=False,
+                     masked=float(np.finfo(np.float32).min)):
     """q [1, H, M, D], k and v [1, H, K, D], mask [1, 1, 1, K]: softmax(logits(q k^T)) v, k transposed by the
-    graph as exporters write it; `probs_out` also returns the probabilities."""
+    graph as exporters write it; `probs_out` also returns the probabilities. The causal step puts `masked` past
+    key m + K - M."""
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
              helper.make_node("MatMul", ["q", "kt"], ["s0"])]
     inits = []
@@ -33,7 +35,7 @@ def _attention_model(heads, rows, keys, depth, logits=("scale", "mask"), probs_o
         elif step == "causal":  # GPT-2's: where(causal, scores, the float's least value)
             causal = np.tril(np.ones((rows, keys), bool), keys - rows).reshape(1, 1, rows, keys)
             inits += [numpy_helper.from_array(causal, "causal"),
-                      numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "least")]
+                      numpy_helper.from_array(np.array(masked, np.float32), "least")]
             nodes.append(helper.make_node("Where", ["causal", last, "least"], [f"s{n + 1}"]))
         else:  # the mask on the left: the scores are found on either side of an add
             nodes.append(helper.make_node("Add", ["mask", last], [f"s{n + 1}"]))
@@ -102,11 +104,12 @@ def test_key_padding_whole_vector_pairs_or_fours(keys, padded):
     assert padded_keys(keys, 16) == padded
 
 
-def test_every_config_the_tuner_may_try_computes_the_same_attention():
+@pytest.mark.parametrize("causal", [None, 3])
+def test_every_config_the_tuner_may_try_computes_the_same_attention(causal):
     """The default and random configs of the template's space (rows per task, register tiles) on one group, with
-    a last task of fewer rows and padded keys, against numpy."""
+    a last task of fewer rows and padded keys, against numpy; causal: keys past query + 3 masked, and skipped."""
     import tvm
-    from tvm import te
+    from tvm import te, tirx
 
     from xcomp.backends import get_backend
     from xcomp.graph.attention import padded_keys
@@ -118,7 +121,14 @@ def test_every_config_the_tuner_may_try_computes_the_same_attention():
     q = te.placeholder((1, heads, rows, depth), name="q")
     kt = te.placeholder((1, heads, depth, padded), name="kt")
     v = te.placeholder((1, heads, keys, depth), name="v")
-    out = attention_compute(q, kt, v, keys, lambda score, index: score * 0.25)
+    least = float(np.finfo(np.float32).min)
+
+    def logits(score, index):
+        if causal is None:
+            return score * 0.25
+        return tirx.Select(index[-1] <= index[-2] + causal, score * 0.25, tirx.const(least, "float32"))
+
+    out = attention_compute(q, kt, v, keys, logits, causal)
     template = AttentionTemplate(te.create_prim_func([q, kt, v, out]), backend.schedule_context())
 
     rng = np.random.default_rng(0)
@@ -126,6 +136,8 @@ def test_every_config_the_tuner_may_try_computes_the_same_attention():
     ktv = np.zeros((1, heads, depth, padded), np.float32)
     ktv[..., :keys] = kv.transpose(0, 1, 3, 2)
     scores = qv @ kv.transpose(0, 1, 3, 2) * 0.25
+    if causal is not None:
+        scores = np.where(np.tril(np.ones((rows, keys), bool), causal), scores, least)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     want = (probs / probs.sum(-1, keepdims=True)) @ vv
 
@@ -137,3 +149,28 @@ def test_every_config_the_tuner_may_try_computes_the_same_attention():
         args = [tvm.runtime.tensor(a) for a in (qv, ktv, vv, np.zeros_like(want))]
         built["main"](*args)
         np.testing.assert_allclose(args[-1].numpy(), want, rtol=1e-4, atol=1e-5, err_msg=str(knobs))
+
+
+def _causal_offset(module):
+    from tvm import s_tir
+
+    from xcomp.schedules.analysis import root_blocks, with_role
+    from xcomp.schedules.cpu.attention import CAUSAL, SCORES
+
+    group = next(g for g in module.groups if g.name == "attention")
+    return with_role(root_blocks(s_tir.Schedule(group.func)), SCORES).block.annotations.get(CAUSAL)
+
+
+@pytest.mark.parametrize("rows,keys,masked,offset", [
+    (999, 1000, float(np.finfo(np.float32).min), 1),  # GPT-2's: each task skips the keys past its last row's
+    (1000, 999, float(np.finfo(np.float32).min), None),  # the first row sees no key: its softmax is uniform
+    (999, 1000, 0.0, None),  # the masked logits are 0, not the least float: their exponentials count
+])
+def test_causal_masks_let_tasks_skip_the_keys_their_rows_never_see(rows, keys, masked, offset):
+    """Where the causal mask zeroes every exponential past key m + offset, each task bounds its loops over keys
+    to those its rows see; where it does not, nothing is skipped. Both match onnxruntime."""
+    model = _attention_model(heads=4, rows=rows, keys=keys, depth=32, logits=("scale", "causal", "mask"),
+                             masked=masked)
+    module = xcomp.compile(model)
+    assert _causal_offset(module) == offset
+    assert_matches_ort(module, model, _inputs(model))

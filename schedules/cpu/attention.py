@@ -15,21 +15,28 @@ from __future__ import annotations
 
 from ..analysis import ROLE, ROW_PARTIALS, root_blocks, with_role
 from ..template import Declined, Knob
+from . import nest
 from .common import CpuTemplate, divisors, inline_injective, vector_registers
 from .rows import split_whole_vectors, vectorize_partials
 
 SCORES = "attention_scores"  # the q k^T block
 WEIGHTED = "attention_weighted"  # the exponentials times v
+# on the scores block: the logits of query m are the least float past key m + this offset (a causal mask), and
+# what follows adds nothing that could raise them: those keys' exponentials are 0, and a task skips their work
+CAUSAL = "xcomp.causal_offset"
+# on a loop over keys (`finish` bounds it to the keys the task's causal rows see): the keys one step covers,
+# the offset, the task's rows and the tasks per head
+CAUSAL_KEYS = "xcomp.causal_keys"
 
 # Query rows a task takes: its scores and exponentials (2 x rows x keys floats) stay in its core's L2.
 ROW_CHOICES = (4, 6, 8, 10, 12, 16, 20, 24, 30, 32)
 MR_CHOICES = (1, 2, 3, 4, 5, 6, 8)
 
 
-def attention_compute(q, kt, v, keys: int, logits):
+def attention_compute(q, kt, v, keys: int, logits, causal_offset=None):
     """TE stages of softmax(logits(q k^T)) v over the last axes of q [..., M, D], kt [..., D, K'] (K' >= keys,
     the columns past `keys` padding) and v [..., keys, E]; `logits(score, index)` gives the softmax's input for a
-    score at index (..., m, key)."""
+    score at index (..., m, key). `causal_offset`: see CAUSAL."""
     from tvm import te, tirx
 
     from .vector_math import softmax_inverse, softmax_stages
@@ -38,7 +45,8 @@ def attention_compute(q, kt, v, keys: int, logits):
     padded = kt.shape[-1]
     d = te.reduce_axis((0, depth), name="d")
     scores = te.compute((*batch, rows, padded), lambda *i: te.sum(q(*i[:-1], d) * kt(*i[:-2], d, i[-1]), axis=d),
-                        name="T_attention_scores", attrs={ROLE: SCORES})
+                        name="T_attention_scores",
+                        attrs={ROLE: SCORES, **({} if causal_offset is None else {CAUSAL: causal_offset})})
 
     def logit(*i):
         # the padding's logits are -inf, so their exponentials are 0; the model's own terms (a mask) are read at
@@ -86,6 +94,8 @@ class AttentionTemplate(CpuTemplate):
         if self.padded % self.lanes or self.e % self.lanes:
             raise Declined("the key padding or v's width is not a whole number of vectors")
         self.registers = vector_registers(self.spec)
+        offset = scores.block.annotations.get(CAUSAL)
+        self.causal = None if offset is None else int(offset)
 
     def knob_space(self):
         # a row count that does not divide M leaves the last task fewer rows (its tiles predicated by row)
@@ -120,8 +130,12 @@ class AttentionTemplate(CpuTemplate):
         sch.parallel(task)
         for info in reversed(root_blocks(sch)[:-1]):  # consumers first, as compute_at needs
             sch.compute_at(info.rv, task)
-        self._tile(sch, scores, scores_out, knobs["mr"], knobs["nr"])
-        self._tile(sch, weighted, weighted_out, knobs["mr"], self.e // self.lanes)
+        score_keys, _ = self._tile(sch, scores, scores_out, knobs["mr"], knobs["nr"])
+        _, weighted_keys = self._tile(sch, weighted, weighted_out, knobs["mr"], self.e // self.lanes)
+        if self.causal is not None:
+            tasks = -(-self.m // knobs["rows"])
+            for loop, width in ((score_keys, knobs["nr"] * self.lanes), (weighted_keys, 1)):
+                sch.annotate(loop, CAUSAL_KEYS, [width, self.causal, knobs["rows"], tasks])
         for info in root_blocks(sch):
             if info.rv in (scores, weighted, scores_out, weighted_out):
                 continue
@@ -133,7 +147,9 @@ class AttentionTemplate(CpuTemplate):
         split_whole_vectors(sch, sch.get_loops(out)[-1], self.lanes)
 
     def _tile(self, sch, block, write_back, mr, nr):
-        """A register tile of mr rows x nr vectors, the reduction inside it, written back per tile."""
+        """A register tile of mr rows x nr vectors, the reduction inside it, written back per tile. Returns the
+        loops over the tiles' columns and over the reduction (the keys are the scores' columns and the product
+        with v's reduction)."""
         rows, columns, reduction = sch.get_loops(block)[1:]
         ro, ri = sch.split(rows, [None, mr])
         co, cr, cv = sch.split(columns, [None, nr, self.lanes])
@@ -148,6 +164,31 @@ class AttentionTemplate(CpuTemplate):
         sch.unroll(wco)
         sch.vectorize(wcv)
         sch.decompose_reduction(block, reduction)
+        return co, reduction
+
+    def finish(self, func):
+        if self.causal is not None:
+            body = nest.rebuild(func.body, _causal_keys_only)
+            func = func if body.same_as(func.body) else nest.in_ssa_form(func.with_body(body))
+        return super().finish(func)
+
+
+def _causal_keys_only(loop, body, path):
+    """A CAUSAL_KEYS loop bounded to the keys its task's rows see: a task of `rows` query rows from r0 sees keys
+    up to r0 + rows + offset. The task is the parallel loop around everything (AttentionTemplate.apply)."""
+    from tvm import tirx
+
+    marks = loop.annotations.get(CAUSAL_KEYS) if loop.annotations else None
+    if marks is None:
+        return nest.loop_with(loop, body)
+    width, offset, rows, tasks = (int(x) for x in marks)
+    task = path[0].loop_var
+    dtype = str(loop.extent.ty)
+    first = tirx.floormod(task, tasks) * rows
+    first = first if str(first.ty) == dtype else tirx.Cast(dtype, first)
+    seen = tirx.floordiv(first + tirx.const(rows + offset + width - 1, dtype), tirx.const(width, dtype))
+    return tirx.For(loop.loop_var, loop.min, tirx.min(loop.extent, seen), loop.kind, body, loop.thread_binding,
+                    {k: v for k, v in loop.annotations.items() if k != CAUSAL_KEYS})
 
 
 __all__ = ["AttentionTemplate", "attention_compute", "is_attention"]

@@ -85,9 +85,41 @@ class _Match:
                 kind, scalars = "multiply", [1.0 / scalars[0]]
             self.steps.append((kind, [x if scalar is None else scalar for x, scalar in zip(operands, scalars)]))
 
+    def causal_offset(self):
+        """c where the logits are causal: a where step keeps the scores for key <= query + c (c >= 0, so every
+        query keeps a key) from a constant mask, and puts the least float elsewhere, and only additions follow;
+        else None (schedules/cpu/attention.py's CAUSAL)."""
+        offset = None
+        for kind, operands in self.steps:
+            if kind == "where":
+                mask, other = operands
+                least = isinstance(other, float) and other <= -1e30
+                offset = _causal_mask_offset(mask, self.shape) if least else None
+            elif kind != "add":
+                offset = None
+        return offset
+
     def tensors(self):
         """The tensors the logits steps read: inputs of the group."""
         return [x for _, operands in self.steps for x in operands if not isinstance(x, float)]
+
+
+def _causal_mask_offset(mask, scores_shape):
+    """c when `mask` is a constant broadcast over every axis but the scores' last two, where it is true for
+    key <= query + c and false elsewhere, with c >= 0; else None."""
+    import numpy as np
+    import tvm
+
+    if not isinstance(mask, tvm.ir.expr.Constant):
+        return None
+    value = mask.value.numpy()
+    queries, keys = scores_shape[-2:]
+    if value.dtype != np.bool_ or value.shape[-2:] != (queries, keys) or value.size != queries * keys:
+        return None
+    value = value.reshape(queries, keys)
+    offset = int(value[0].sum()) - 1
+    causal = np.tril(np.ones((queries, keys), bool), offset)
+    return offset if offset >= 0 and np.array_equal(value, causal) else None
 
 
 def fuse_attention(mod, lanes: int, l2_bytes: int):
@@ -163,7 +195,8 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
             if padded != keys:
                 widths = [0] * (2 * (kt.ty.ndim - 1)) + [0, padded - keys]
                 kt = self.builder_.emit(relax.op.nn.pad(kt, widths))
-            return self.builder_.call_te(_compute(found.steps, keys), found.q, kt, found.v, *found.tensors(),
+            return self.builder_.call_te(_compute(found.steps, keys, found.causal_offset()), found.q, kt, found.v,
+                                         *found.tensors(),
                                          primfunc_name_hint="attention")
 
     fuser = _Fuser(mod)
@@ -194,7 +227,7 @@ def _logits_step(value):
     return None
 
 
-def _compute(steps, keys: int):
+def _compute(steps, keys: int, causal_offset):
     """The TE builder of the attention group for `steps` (call_te's function, given the tensors they read)."""
     from tvm import tirx
 
@@ -211,7 +244,7 @@ def _compute(steps, keys: int):
                 score = _STEPS[kind](score, values)
             return score
 
-        return attention_compute(q, kt, v, keys, logits)
+        return attention_compute(q, kt, v, keys, logits, causal_offset)
 
     return build
 
