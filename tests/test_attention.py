@@ -174,3 +174,22 @@ def test_causal_masks_let_tasks_skip_the_keys_their_rows_never_see(rows, keys, m
     module = xcomp.compile(model)
     assert _causal_offset(module) == offset
     assert_matches_ort(module, model, _inputs(model))
+
+
+def test_few_query_rows_are_left_to_the_matmul_template():
+    """A decode step's one or two query rows read k in dot products along its rows (the matmul template): the
+    attention template declines them, and the graph pass does not fuse them."""
+    from tvm import te
+
+    from xcomp.backends import get_backend
+    from xcomp.schedules import Declined
+    from xcomp.schedules.cpu.attention import MIN_ROWS, AttentionTemplate, attention_compute
+
+    backend = get_backend("cpu")
+    lanes = backend.spec.simd_width
+    q = te.placeholder((1, 2, MIN_ROWS - 1, lanes), name="q")
+    kt = te.placeholder((1, 2, lanes, 4 * lanes), name="kt")
+    v = te.placeholder((1, 2, 4 * lanes, lanes), name="v")
+    func = te.create_prim_func([q, kt, v, attention_compute(q, kt, v, 4 * lanes, lambda score, index: score)])
+    with pytest.raises(Declined, match="query rows"):
+        AttentionTemplate(func, backend.schedule_context())

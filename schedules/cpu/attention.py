@@ -30,6 +30,7 @@ CAUSAL_KEYS = "xcomp.causal_keys"
 
 # Query rows a task takes: its scores and exponentials (2 x rows x keys floats) stay in its core's L2.
 ROW_CHOICES = (4, 6, 8, 10, 12, 16, 20, 24, 30, 32)
+MIN_ROWS = ROW_CHOICES[0]  # fewer query rows are not fused (xcomp/graph/attention.py)
 MR_CHOICES = (1, 2, 3, 4, 5, 6, 8)
 
 
@@ -93,13 +94,15 @@ class AttentionTemplate(CpuTemplate):
         self.lanes = self.spec.simd_width
         if self.padded % self.lanes or self.e % self.lanes:
             raise Declined("the key padding or v's width is not a whole number of vectors")
+        if self.m < MIN_ROWS:
+            raise Declined(f"fewer than {MIN_ROWS} query rows")
         self.registers = vector_registers(self.spec)
         offset = scores.block.annotations.get(CAUSAL)
         self.causal = None if offset is None else int(offset)
 
     def knob_space(self):
         # a row count that does not divide M leaves the last task fewer rows (its tiles predicated by row)
-        rows = [r for r in ROW_CHOICES if r <= self.m] or [self.m]
+        rows = [r for r in ROW_CHOICES if r <= self.m]
         return {"rows": rows,
                 "mr": [m for m in MR_CHOICES if m <= max(rows)],
                 "nr": divisors(self.padded // self.lanes, 8)}

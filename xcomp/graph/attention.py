@@ -9,11 +9,18 @@ groups, and there the three ran as fast or faster (docs/decisions/attention.md).
 
 from __future__ import annotations
 
+from xcomp.schedules.cpu.attention import MIN_ROWS
+
 # the logits steps the fused group computes, each as f(score, its operands): a constant or a mask combined with
 # the scores, or a mask selecting between the scores and a constant
 _STEPS = {"add": lambda s, o: s + o[0], "subtract": lambda s, o: s - o[0], "multiply": lambda s, o: s * o[0],
           "divide": lambda s, o: s / o[0], "where": lambda s, o: _select(o[0], s, o[1]),
           "where_else": lambda s, o: _select(o[0], o[1], s)}
+
+
+# a spec that does not know its L2 (a hand-made one) gets the 1 MiB of the cores this was measured on: with 0 every
+# attention would fuse, the small ones slower (docs/decisions/attention.md)
+UNKNOWN_L2 = 1 << 20
 
 
 def _select(condition, true_value, false_value):
@@ -124,7 +131,7 @@ def _causal_mask_offset(mask, scores_shape):
 
 def fuse_attention(mod, lanes: int, l2_bytes: int):
     """`mod` with every attention (module docstring) whose scores per batch entry exceed `l2_bytes` computed
-    by one call of an attention group; k^T's key axis is padded to whole vectors of `lanes` first."""
+    by one call of an attention group; k^T's key axis is padded first (padded_keys)."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -178,7 +185,9 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
             qs, ks, vs, ss = shapes
             if not (len(qs) == len(ks) == len(vs) >= 3 and qs[:-2] == ks[:-2] == vs[:-2] and vs[-2] == ks[-1]):
                 return None
-            if vs[-1] % lanes:  # the template tiles v's columns in whole vectors
+            # the template tiles v's columns in whole vectors, and gives each task several query rows (a few
+            # rows, a decode step's, are dot products along k's rows: the matmul template's)
+            if vs[-1] % lanes or qs[-2] < MIN_ROWS:
                 return None
             if ss[-1] * ss[-2] * 4 * (ss[-3] if len(ss) > 3 else 1) <= l2_bytes:
                 return None
@@ -195,9 +204,8 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
             if padded != keys:
                 widths = [0] * (2 * (kt.ty.ndim - 1)) + [0, padded - keys]
                 kt = self.builder_.emit(relax.op.nn.pad(kt, widths))
-            return self.builder_.call_te(_compute(found.steps, keys, found.causal_offset()), found.q, kt, found.v,
-                                         *found.tensors(),
-                                         primfunc_name_hint="attention")
+            build = _compute(found.steps, keys, found.causal_offset())
+            return self.builder_.call_te(build, found.q, kt, found.v, *found.tensors(), primfunc_name_hint="attention")
 
     fuser = _Fuser(mod)
     for gv, func in list(mod.functions.items()):
@@ -261,7 +269,7 @@ def FuseAttention(spec):  # noqa: N802 (named like the TVM passes it sits among)
     cores together are fused, since smaller ones stay in those caches between the three groups."""
     import tvm
 
-    l2 = spec.cache_bytes[1] * spec.cores if len(spec.cache_bytes) > 1 else 0
+    l2 = (spec.cache_bytes[1] or UNKNOWN_L2) * spec.cores
 
     @tvm.ir.transform.module_pass(opt_level=0, name="xcomp.FuseAttention")
     def _pass(mod, ctx):  # noqa: ARG001
