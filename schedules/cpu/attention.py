@@ -135,10 +135,10 @@ class AttentionTemplate(CpuTemplate):
             sch.compute_at(info.rv, task)
         score_keys, _ = self._tile(sch, scores, scores_out, knobs["mr"], knobs["nr"])
         _, weighted_keys = self._tile(sch, weighted, weighted_out, knobs["mr"], self.e // self.lanes)
-        if self.causal is not None:
-            tasks = -(-self.m // knobs["rows"])
+        if self.causal is not None:  # the loops over keys, each bounded to its task's in `finish`
+            per_head = -(-self.m // knobs["rows"])
             for loop, width in ((score_keys, knobs["nr"] * self.lanes), (weighted_keys, 1)):
-                sch.annotate(loop, CAUSAL_KEYS, [width, self.causal, knobs["rows"], tasks])
+                sch.annotate(loop, CAUSAL_KEYS, [width, self.causal, knobs["rows"], per_head])
         for info in root_blocks(sch):
             if info.rv in (scores, weighted, scores_out, weighted_out):
                 continue
@@ -177,17 +177,17 @@ class AttentionTemplate(CpuTemplate):
 
 
 def _causal_keys_only(loop, body, path):
-    """A CAUSAL_KEYS loop bounded to the keys its task's rows see: a task of `rows` query rows from r0 sees keys
-    up to r0 + rows + offset. The task is the parallel loop around everything (AttentionTemplate.apply)."""
+    """A CAUSAL_KEYS loop bounded to the keys its task's rows see: a task of `rows` query rows from r0 sees the
+    keys below r0 + rows + offset. The task is the parallel loop around everything (AttentionTemplate.apply)."""
     from tvm import tirx
 
     marks = loop.annotations.get(CAUSAL_KEYS) if loop.annotations else None
     if marks is None:
         return nest.loop_with(loop, body)
-    width, offset, rows, tasks = (int(x) for x in marks)
+    width, offset, rows, per_head = (int(x) for x in marks)
     task = path[0].loop_var
     dtype = str(loop.extent.ty)
-    first = tirx.floormod(task, tasks) * rows
+    first = tirx.floormod(task, per_head) * rows
     first = first if str(first.ty) == dtype else tirx.Cast(dtype, first)
     seen = tirx.floordiv(first + tirx.const(rows + offset + width - 1, dtype), tirx.const(width, dtype))
     return tirx.For(loop.loop_var, loop.min, tirx.min(loop.extent, seen), loop.kind, body, loop.thread_binding,
