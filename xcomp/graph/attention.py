@@ -9,7 +9,9 @@ groups, and there the three ran as fast or faster (docs/decisions/attention.md).
 
 from __future__ import annotations
 
+from xcomp.graph.passes import is_op, static_shape
 from xcomp.schedules.cpu.attention import MIN_ROWS
+from xcomp.schedules.cpu.legalize import constant_f32
 
 # the logits steps the fused group computes, each as f(score, its operands): a constant or a mask combined with
 # the scores, or a mask selecting between the scores and a constant
@@ -29,23 +31,8 @@ def _select(condition, true_value, false_value):
     return tirx.Select(condition, true_value, false_value)
 
 
-def _is_op(expr, name):
-    import tvm
-    from tvm import relax
-
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
-
-
 def _is_noop_cast(expr):
-    return _is_op(expr, "relax.astype") and str(expr.attrs.dtype) == str(expr.args[0].ty.dtype)
-
-
-def _static_shape(expr):
-    """The static shape of a tensor expression as ints, else None."""
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(hasattr(d, "value") for d in shape):
-        return None
-    return [int(d) for d in shape]
+    return is_op(expr, "relax.astype") and str(expr.attrs.dtype) == str(expr.args[0].ty.dtype)
 
 
 def padded_keys(keys: int, lanes: int) -> int:
@@ -68,13 +55,9 @@ def _use_counts(func):
 
 
 def _as_scalar(expr):
-    """A one-element float constant's value, else None."""
-    import tvm
-
-    if not isinstance(expr, tvm.ir.expr.Constant):
-        return None
-    value = expr.value.numpy()
-    return float(value.reshape(())) if value.size == 1 and value.dtype.kind == "f" else None
+    """A one-element float32 constant's value, else None."""
+    value = constant_f32(expr)
+    return float(value.reshape(())) if value is not None and value.size == 1 else None
 
 
 class _Match:
@@ -152,13 +135,13 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
             return bound_value(self, var) if self.single_use(var) else None
 
         def match(self, call):
-            if not _is_op(call, "relax.matmul") or str(call.ty.dtype) != "float32":
+            if not is_op(call, "relax.matmul") or str(call.ty.dtype) != "float32":
                 return None
             probs, v = call.args
             softmax = self.step_from(probs)
             while _is_noop_cast(softmax):  # exporters cast the probabilities to v's dtype, float32 already
                 softmax = self.step_from(softmax.args[0])
-            if not _is_op(softmax, "relax.nn.softmax"):
+            if not is_op(softmax, "relax.nn.softmax"):
                 return None
             x = softmax.args[0]
             if int(softmax.attrs.axis) not in (-1, x.ty.ndim - 1):
@@ -168,7 +151,7 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
                 value = self.step_from(x)
                 if value is None:
                     return None
-                if _is_op(value, "relax.matmul"):
+                if is_op(value, "relax.matmul"):
                     break
                 if _is_noop_cast(value):
                     x = value.args[0]
@@ -179,7 +162,7 @@ def fuse_attention(mod, lanes: int, l2_bytes: int):
                 steps.append(step[:2])
                 x = step[2]
             q, kt = value.args
-            shapes = [_static_shape(e) for e in (q, kt, v, x)]
+            shapes = [static_shape(e.ty) for e in (q, kt, v, x)]
             if None in shapes or any(str(e.ty.dtype) != "float32" for e in (q, kt, v)):
                 return None
             qs, ks, vs, ss = shapes
@@ -219,18 +202,18 @@ def _logits_step(value):
     """(step, its operands, the scores' side) for a logits step, else None: a binary op whose other operand (a
     constant, a mask) broadcasts to the scores, or where(mask, scores, other) / where(mask, other, scores)."""
     name = getattr(value.op, "name", "").removeprefix("relax.")
-    shape = _static_shape(value)
+    shape = static_shape(value.ty)
     if name == "where":
         condition, first, second = value.args
-        if _static_shape(first) == shape:
+        if static_shape(first.ty) == shape:
             return "where", [condition, second], first
-        return ("where_else", [condition, first], second) if _static_shape(second) == shape else None
+        return ("where_else", [condition, first], second) if static_shape(second.ty) == shape else None
     if name not in _STEPS:
         return None
     lhs, rhs = value.args
-    if _static_shape(lhs) == shape:
+    if static_shape(lhs.ty) == shape:
         return name, [rhs], lhs
-    if _static_shape(rhs) == shape and name in ("add", "multiply"):
+    if static_shape(rhs.ty) == shape and name in ("add", "multiply"):
         return name, [lhs], rhs
     return None
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from xcomp.graph.passes import static_shape
+
 _ELEMENTWISE = {
     "relax.add": np.add,
     "relax.subtract": np.subtract,
@@ -50,11 +52,6 @@ def layout_transform(value: np.ndarray, index_map, out_shape) -> np.ndarray:
     return out
 
 
-def _static_shape(ty):
-    dims = list(getattr(ty, "shape", None) or [])
-    return [int(d) for d in dims] if dims and all(hasattr(d, "value") for d in dims) else None
-
-
 def _evaluate(call, values):
     """numpy result of `call` on constant `values`, or None when this folder does not handle it."""
     name = call.op.name
@@ -64,7 +61,7 @@ def _evaluate(call, values):
         return np.asarray(_ELEMENTWISE[name](*values), np.float32)
     if name not in _SHAPE_OPS:
         return None
-    out_shape = _static_shape(call.ty)
+    out_shape = static_shape(call.ty)
     if out_shape is None:
         return None
     value = values[0]

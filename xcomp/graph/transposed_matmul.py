@@ -41,13 +41,9 @@ def read_transposed_operands(func):
     """`func` with every matmul whose right operand is a runtime tensor's last-two-axes transpose rewritten as
     an einsum over that tensor; the transpose is left dead for DeadCodeElimination where nothing else reads it."""
     import tvm
-    from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    from xcomp.graph.passes import bound_value
-
-    def is_op(expr, name):
-        return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+    from xcomp.graph.passes import bound_value, is_op
 
     @mutator
     class _Rewriter(PyExprMutator):
