@@ -34,7 +34,7 @@ def test_mlp_serves_every_batch(tmp_path):
     assert [(s.name, s.shape) for s in module.inputs] == [("x", ("batch", 64))]
     assert [(s.name, s.shape) for s in module.outputs] == [("y", ("batch", 10))]
     assert all(g.symbols == ("batch",) for g in module.groups)
-    for batch in (1, 3, 5, 8):  # rows padded to 4 (see legalize.py): whole, part and no padding tile
+    for batch in (1, 2, 3, 5, 8):  # rows padded to 4 (see legalize.py): whole, part and no padding tile
         assert_matches_ort(module, model, random_feed({"x": (batch, 64)}, seed=batch))
     # a symbolic M keeps the register-tiled matmul template, with row tiles dividing the padded rows (no
     # predicate in the tile); the 10-column layer too, though its weight is not packed
@@ -52,6 +52,27 @@ def test_mlp_serves_every_batch(tmp_path):
     llvm_ir = next(p for p in sources if p.endswith(".ll"))
     with open(llvm_ir) as f:
         assert "tvm-alias" not in f.read()
+
+
+def test_a_batch_of_one_skips_the_rows_padding_adds():
+    """At batch 1 the layers whose columns make whole vectors run tiles of one row, those of the padding rows
+    skipped (matmul._one_row); the 10-column layer keeps the padded tiles. batch 1 is among the checked batches
+    of test_mlp_serves_every_batch."""
+    from tvm import tirx
+
+    from xcomp.schedules import get_template
+
+    module = xcomp.compile(mlp("batch"))
+    for group in module.groups:
+        func = get_template(group.func, module.backend.schedule_context()).schedule()
+        choice = func.body.block.body
+        if group.signature.endswith("-> batchx10xf32"):
+            assert not isinstance(choice, tirx.IfThenElse)
+            continue
+        assert isinstance(choice, tirx.IfThenElse) and str(choice.condition) == "batch == T.int64(1)"
+        one_row = choice.then_case.script()
+        assert "T.unroll(T.int64(1))" in one_row and "T.unroll(T.int64(4))" in choice.else_case.script()
+        assert "(batch + T.int64(3)) // T.int64(4) * T.int64(4)) < batch:" in one_row  # the padding rows' test
 
 
 def test_cnn_serves_every_batch():

@@ -74,6 +74,8 @@ class MatmulTemplate(CpuTemplate):
         self.name = main.name
         *_, self.m, self.n, self.k = main.extents  # None: symbolic
         self.m_extent = main.block.iter_vars[-3].dom.extent
+        # the output's rows: fewer than the matmul's where a lowering padded a symbolic M to whole tiles
+        self.rows = root_blocks(sch, symbolic=True)[-1].block.iter_vars[-2].dom.extent
         # a symbolic M no lowering padded: tiles of these many rows, the schedule padding the rows to them
         self.rows_padded_here = self.m is None and not self._rows_divisible_by(2)
         ivars = [iv.var for iv in main.block.iter_vars]
@@ -181,11 +183,8 @@ class MatmulTemplate(CpuTemplate):
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if m < 4 and self.n is not None:  # a GEMV: memory-bound; several weight panels per core keep the cores
-            # busy to the end
-            panels_per_core = -(-self.n // self.lanes) // self.spec.cores
-            nr = max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4)
-                     and self.valid({"mr": mr, "nr": n}))
+        if m < 4 and self.n is not None:
+            nr = self._gemv_nr(mr)
         # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
         # and the accumulator tile, not compacted through a symbolic modulo, became an M x N buffer per task
         unpadded = self.m is None and self._mr_choices() == [1]
@@ -195,14 +194,41 @@ class MatmulTemplate(CpuTemplate):
             knobs["pack_b"] = m >= 4 * mr
         return knobs
 
+    def _gemv_nr(self, mr: int) -> int:
+        """Vectors per tile of a GEMV (memory-bound): several weight panels per core keep the cores busy to the
+        end."""
+        panels_per_core = -(-self.n // self.lanes) // self.spec.cores
+        return max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4) and self.valid({"mr": mr, "nr": n}))
+
     # -- schedule ------------------------------------------------------------------------------------------
 
     def schedule(self, knobs=None):
         packed = super().schedule(knobs)
-        if self.layout != "nt" or self.m is not None:
+        if self.m is not None:
             return packed
-        in_place = self.fallback_schedule()
-        return packed if in_place is None else nest.either(self.m_extent < FEW_ROWS, in_place, packed)
+        if self.layout == "nt":
+            in_place = self.fallback_schedule()
+            return packed if in_place is None else nest.either(self.m_extent < FEW_ROWS, in_place, packed)
+        if self._rows_padded_by_lowering() and self.lanes > 1:
+            return nest.either(self.rows == 1, self._one_row(knobs or self.default_knobs()), packed)
+        return packed
+
+    def _rows_padded_by_lowering(self) -> bool:
+        from tvm.sym import Analyzer
+
+        return not self.rows_padded_here and not Analyzer().can_prove_equal(self.rows, self.m_extent)
+
+    def _one_row(self, knobs):
+        """A symbolic M that a lowering padded to whole tiles, scheduled for one row (a GEMV: a decode step, a
+        batch of one): tiles of one row, each skipped where its row is padding. The padded tiles compute 4 rows
+        for 1, which costs a weight held in cache a third of its time. Two or three rows gain nothing: each
+        extra pass over the weight costs what the padding does."""
+        one_row = {**knobs, "mr": 1, "nr": knobs["nr"] if self.n is None else self._gemv_nr(1), "order": "n_outer"}
+        if "pack_b" in one_row:
+            one_row["pack_b"] = False
+        func = super().schedule(one_row)
+        body = nest.rebuild(func.body, lambda loop, body, path: _real_rows_only(loop, body, self.name, self.rows))
+        return nest.in_ssa_form(func.with_body(body))
 
     def apply(self, sch, knobs):
         inline_injective(sch)
@@ -339,6 +365,23 @@ def _whole_tiles_unpredicated(loop, body, path):
                     tile_loop.thread_binding, tile_loop.annotations)
     original = nest.loop_with(loop, body)
     return IfThenElse(tirx.all(*inside), whole, original) if inside else original
+
+
+def _real_rows_only(loop, body, name, rows):
+    """The loop of one-row tiles (the one around the accumulators' init) with its body run only where the tile's
+    row is below `rows`: the rows past it are a lowering's padding."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, ForKind, IfThenElse, SeqStmt
+
+    first = body.seq[0] if isinstance(body, SeqStmt) else None
+    inner = []
+    while isinstance(first, For) and first.kind != ForKind.PARALLEL:
+        inner.append(first)
+        first = first.body
+    if not (isinstance(first, SBlockRealize) and first.block.name_hint == name + "_init"):
+        return nest.loop_with(loop, body)
+    (row,) = nest.substitute([first.iter_values[-2]], {l.loop_var: l.min for l in inner})
+    return nest.loop_with(loop, IfThenElse(row < rows, body, None))
 
 
 __all__ = ["MatmulTemplate"]
