@@ -183,7 +183,7 @@ class MatmulTemplate(CpuTemplate):
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if m < 4 and self.n is not None:
+        if m < 4 and self.n is not None and self.lanes > 1:  # scalar columns: the widest tile, few tasks
             nr = self._gemv_nr(mr)
         # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
         # and the accumulator tile, not compacted through a symbolic modulo, became an M x N buffer per task
