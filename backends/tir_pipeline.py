@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 
-def derived_pipeline(name: str, host_passes=lambda: [], device_passes=lambda: []) -> str:
-    """Register (once) TVM's default TIR pipeline with `host_passes()` run before its host finalization and
-    `device_passes()` before its device finalization; returns the name to pass as tvm.compile's tir_pipeline."""
+def derived_pipeline(name: str, host_passes=lambda: [], device_passes=lambda: [], first_passes=lambda: []) -> str:
+    """Register (once) TVM's default TIR pipeline with `first_passes()` run before all of it, `host_passes()`
+    before its host finalization and `device_passes()` before its device finalization; returns the name to pass
+    as tvm.compile's tir_pipeline."""
     from tvm.ir import transform
     from tvm.tirx import compilation_pipeline
 
@@ -14,7 +15,9 @@ def derived_pipeline(name: str, host_passes=lambda: [], device_passes=lambda: []
 
         def pipeline():
             passes, finalize_host, finalize_device = default()
-            return (passes, lambda: transform.Sequential([*host_passes(), finalize_host()]),
+            first = first_passes()
+            return (transform.Sequential([*first, passes]) if first else passes,
+                    lambda: transform.Sequential([*host_passes(), finalize_host()]),
                     lambda: transform.Sequential([*device_passes(), finalize_device()]))
 
         compilation_pipeline.PIPELINE_MAP[name] = pipeline

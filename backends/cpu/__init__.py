@@ -42,9 +42,11 @@ class CPUBackend(Backend):
 
     def compile(self, mod, **kwargs):
         from ..tir_pipeline import derived_pipeline
+        from .param_alignment import params_aligned_to_elements
         from .stack_buffers import keep_small_buffers_on_stack
 
-        pipeline = derived_pipeline("xcomp_cpu", host_passes=lambda: [keep_small_buffers_on_stack()])
+        pipeline = derived_pipeline("xcomp_cpu", first_passes=lambda: [params_aligned_to_elements()],
+                                    host_passes=lambda: [keep_small_buffers_on_stack()])
         return super().compile(mod, tir_pipeline=pipeline, **kwargs)
 
     def available(self) -> bool:

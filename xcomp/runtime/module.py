@@ -18,7 +18,9 @@ from xcomp.runtime.signature import concrete_shape, dim_sizes, is_symbolic
 from xcomp.runtime.thread_pool import pool_governor
 from xcomp.timing import time_calls
 
-ARTIFACT_FORMAT = 1
+# 2: CPU kernels read their parameters at any element-aligned address (backends/cpu/param_alignment.py), and
+# calls pass them so; a format-1 library assumed 64-byte aligned ones
+ARTIFACT_FORMAT = 2
 _META = "metadata.json"
 
 
@@ -226,8 +228,8 @@ class Module:
         return path
 
 
-# TVM's CPU kernels may assume their buffers 64-byte aligned (numpy aligns to 16)
-_KERNEL_ALIGNMENT = 64
+# staging buffers start on a cache line (the kernels need only their elements aligned)
+_STAGING_ALIGNMENT = 64
 
 
 def _fresh_outputs(info: dict, count: int) -> list:
@@ -257,8 +259,8 @@ def _checked_array(spec, value):
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
-# An input up to this size is copied into its staging buffer without looking at its address: reading an array's
-# address from numpy (its .ctypes) takes longer than copying this much (docs/decisions/call-overhead.md).
+# An input up to this size is copied into its staging buffer, whose TVM tensor is kept: copying this much costs
+# what making a tensor over the caller's array does (docs/decisions/call-overhead.md).
 _COPIED_UNSEEN_BYTES = 16 * 1024
 
 
@@ -280,7 +282,7 @@ class _Staging(threading.local):
         staged = self.tensors.get(index)
         if staged is None or staged[0] != kind:
             aligned = self.buffer(index, array)
-            staged = (kind, aligned, tvm_ffi.from_dlpack(aligned, require_alignment=_KERNEL_ALIGNMENT))
+            staged = (kind, aligned, tvm_ffi.from_dlpack(aligned, require_alignment=_STAGING_ALIGNMENT))
             self.tensors[index] = staged
         np.copyto(staged[1], array)
         return staged[2]
@@ -288,19 +290,19 @@ class _Staging(threading.local):
     def buffer(self, index: int, array):
         """An aligned array of `array`'s shape and dtype for input `index`."""
         block = self.blocks.get(index)
-        if block is None or block.nbytes < array.nbytes + _KERNEL_ALIGNMENT:
+        if block is None or block.nbytes < array.nbytes + _STAGING_ALIGNMENT:
             # room to grow by a quarter before the next reallocation
-            block = np.empty(array.nbytes + array.nbytes // 4 + _KERNEL_ALIGNMENT, np.uint8)
+            block = np.empty(array.nbytes + array.nbytes // 4 + _STAGING_ALIGNMENT, np.uint8)
             self.blocks[index] = block
-        start = -block.ctypes.data % _KERNEL_ALIGNMENT
+        start = -block.ctypes.data % _STAGING_ALIGNMENT
         return block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
 
 
 def _to_device(array, dev, staging=None, index=0):
     """`array` as a TVM tensor on `dev`. On the CPU (`staging`, a _Staging) it goes through DLPack, much cheaper
     per call than tvm.runtime.tensor, which a small model's latency notices (docs/decisions/call-overhead.md):
-    as it is where it is aligned for the kernels and writable (an output of an earlier call, say), else, and
-    when it is small, copied into staging buffer `index`. The kernels only read their inputs. Without staging
+    as it is where its elements are aligned (backends/cpu/param_alignment.py) and it is writable, else, and when
+    it is small, copied into staging buffer `index`. The kernels only read their inputs. Without staging
     (a GPU), and for what numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not
     place), a copy by tvm.runtime.tensor."""
     import tvm
@@ -308,9 +310,9 @@ def _to_device(array, dev, staging=None, index=0):
 
     if staging is None or array.dtype == bool or not array.size:
         return tvm.runtime.tensor(array, dev)
-    if array.nbytes <= _COPIED_UNSEEN_BYTES or array.ctypes.data % _KERNEL_ALIGNMENT or not array.flags.writeable:
+    if array.nbytes <= _COPIED_UNSEEN_BYTES or not (array.flags.aligned and array.flags.writeable):
         return staging.tensor(index, array)
-    return tvm_ffi.from_dlpack(array, require_alignment=_KERNEL_ALIGNMENT)
+    return tvm_ffi.from_dlpack(array, require_alignment=array.dtype.itemsize)
 
 
 def _to_numpy(tensor, copy=True):
