@@ -74,8 +74,10 @@ class MatmulTemplate(CpuTemplate):
         self.name = main.name
         *_, self.m, self.n, self.k = main.extents  # None: symbolic
         self.m_extent = main.block.iter_vars[-3].dom.extent
-        # the output's rows: fewer than the matmul's where a lowering padded a symbolic M to whole tiles
-        self.rows = root_blocks(sch, symbolic=True)[-1].block.iter_vars[-2].dom.extent
+        # the output's rows: fewer than the matmul's where a lowering padded a symbolic M to whole tiles (None: an
+        # output not of rows and columns)
+        out = root_blocks(sch, symbolic=True)[-1].block.iter_vars
+        self.rows = out[-2].dom.extent if len(out) >= 2 else None
         # a symbolic M no lowering padded: tiles of these many rows, the schedule padding the rows to them
         self.rows_padded_here = self.m is None and not self._rows_divisible_by(2)
         ivars = [iv.var for iv in main.block.iter_vars]
@@ -183,7 +185,9 @@ class MatmulTemplate(CpuTemplate):
         tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
                  if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
-        if m < 4 and self.n is not None and self.lanes > 1:  # scalar columns: the widest tile, few tasks
+        # a GEMV over vectors: several panels per core (_gemv_nr); over scalar columns the widest tile, in few
+        # tasks, ran faster
+        if m < 4 and self.n is not None and self.lanes > 1:
             nr = self._gemv_nr(mr)
         # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
         # and the accumulator tile, not compacted through a symbolic modulo, became an M x N buffer per task
@@ -198,7 +202,8 @@ class MatmulTemplate(CpuTemplate):
         """Vectors per tile of a GEMV (memory-bound): several weight panels per core keep the cores busy to the
         end."""
         panels_per_core = -(-self.n // self.lanes) // self.spec.cores
-        return max(n for n in self._nr_choices() if n <= max(1, panels_per_core // 4) and self.valid({"mr": mr, "nr": n}))
+        return max(n for n in self._nr_choices()
+                   if n <= max(1, panels_per_core // 4) and self.valid({"mr": mr, "nr": n}))
 
     # -- schedule ------------------------------------------------------------------------------------------
 
@@ -216,7 +221,8 @@ class MatmulTemplate(CpuTemplate):
     def _rows_padded_by_lowering(self) -> bool:
         from tvm.sym import Analyzer
 
-        return not self.rows_padded_here and not Analyzer().can_prove_equal(self.rows, self.m_extent)
+        return (self.rows is not None and not self.rows_padded_here
+                and not Analyzer().can_prove_equal(self.rows, self.m_extent))
 
     def _one_row(self, knobs):
         """A symbolic M that a lowering padded to whole tiles, scheduled for one row (a GEMV: a decode step, a
