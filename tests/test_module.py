@@ -134,14 +134,19 @@ def test_outputs_are_the_callers_and_inputs_of_any_layout_work():
     np.testing.assert_array_equal(again["same_h"], feed["h"])
 
 
-def _unaligned(array):
-    """A copy of `array` whose data starts 2 bytes past a 64-byte boundary, its elements not aligned: the kernels
-    cannot take it as is."""
-    block = np.empty(array.nbytes + 66, np.uint8)
-    start = -block.ctypes.data % 64 + 2
+def _past_a_cache_line(array, offset):
+    """A copy of `array` whose data starts `offset` bytes past a 64-byte boundary."""
+    block = np.empty(array.nbytes + 64 + offset, np.uint8)
+    start = -block.ctypes.data % 64 + offset
     copy = block[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
     copy[...] = array
     return copy
+
+
+def _unaligned(array):
+    """A copy of `array` whose elements are not aligned (2 bytes past a cache line): the kernels cannot take it
+    as is."""
+    return _past_a_cache_line(array, 2)
 
 
 def test_a_large_input_at_any_element_aligned_address_goes_in_uncopied(tmp_path):
@@ -162,10 +167,7 @@ def test_a_large_input_at_any_element_aligned_address_goes_in_uncopied(tmp_path)
     ir = open(next(p for p in module.emit_sources(tmp_path) if p.endswith(".ll"))).read()
     kernels = re.findall(r"define internal fastcc i32 @\w+_compute_\((.*)\)", ir)
     assert kernels and all(set(re.findall(r"align (\d+)", params)) == {"4"} for params in kernels), kernels
-    block = np.empty(64 * 256 * 4 + 68, np.uint8)
-    start = -block.ctypes.data % 64 + 4
-    x = block[start:start + 64 * 256 * 4].view(np.float32).reshape(64, 256)
-    x[...] = np.random.default_rng(0).standard_normal((64, 256))
+    x = _past_a_cache_line(np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32), 4)
     np.testing.assert_array_equal(module(x), np.maximum(x, 0))
     assert not module._staging.tensors  # not copied
 
