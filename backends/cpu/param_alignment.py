@@ -31,7 +31,7 @@ def _realign(func, mod, ctx):  # noqa: ARG001
         element = element_bytes(param.dtype)
         if param.data_alignment > element:
             replaced[param] = decl_buffer(param.shape, param.dtype, param.name, None, param.strides, param.elem_offset,
-                                          param.scope(), element, param.offset_factor)
+                                          param.scope(), element, param.offset_factor, layout=param.layout)
     return BufferReplacer(replaced)(func) if replaced else func
 
 
