@@ -28,16 +28,8 @@ def _realign(func, mod, ctx):  # noqa: ARG001
     for param in func.params:
         if not is_buffer_var(param):
             continue
-        element = element_bytes(param.dtype)
+        element = max(1, param.dtype.bits * param.dtype.lanes // 8)  # bool and sub-byte types: 1
         if param.data_alignment > element:
             replaced[param] = decl_buffer(param.shape, param.dtype, param.name, None, param.strides, param.elem_offset,
                                           param.scope(), element, param.offset_factor, layout=param.layout)
     return BufferReplacer(replaced)(func) if replaced else func
-
-
-def element_bytes(dtype) -> int:
-    """Bytes of one element of `dtype` (a vector dtype's whole vector; at least 1, for bool and sub-byte types)."""
-    import tvm
-
-    kind = tvm.runtime.DataType(str(dtype))
-    return max(1, kind.bits * kind.lanes // 8)
