@@ -227,7 +227,7 @@ class MatmulTemplate(CpuTemplate):
     def _one_row(self, knobs):
         """A symbolic M that a lowering padded to whole tiles, scheduled for one row (a GEMV: a decode step, a
         batch of one): tiles of one row, each skipped where its row is padding. The padded tiles compute 4 rows
-        for 1, which costs a weight held in cache a third of its time. Two or three rows gain nothing: each
+        for 1, which costs a weight held in cache over a quarter of its time. Two or three rows gain nothing: each
         extra pass over the weight costs what the padding does."""
         one_row = {**knobs, "mr": 1, "nr": knobs["nr"] if self.n is None else self._gemv_nr(1), "order": "n_outer"}
         if "pack_b" in one_row:
