@@ -24,9 +24,10 @@ STRIKES, CONTENDED_FOR_S = 3, 0.1
 # Waits before trying the whole pool again: doubling while trials fail, from the first again once the whole pool
 # has run for the longest wait since it came back.
 FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
-# A call after one shorter than this skips the CPU-time reads, a system call each (0.6 us on a VM): they cost a
-# tiny model 30% of its call. A contended call takes a time slice, so the call after it is measured.
-MEASURED_AFTER_S = 50e-6
+# Calls read the CPU time, a system call each (0.6 us on a VM), at most once in this many seconds: every call's
+# reads cost a tiny model 30% of its call, and a small GEMM's 1%. A contended call takes a time slice, longer than
+# this, so the call after it is measured.
+MEASURE_EVERY_S = 1e-3
 _BIG_CORES = 1  # TVM's ThreadGroup::kBig, the affinity mode its pool starts with
 
 _local = threading.local()
@@ -44,7 +45,7 @@ class PoolGovernor:
         self._retry_wait = FIRST_RETRY_S
         self._retry_at = 0.0
         self._restored_at = float("-inf")
-        self._last_call_s = float("inf")
+        self._measured_at = float("-inf")  # when the last measured call started
 
     def run(self, func, *args):
         """func(*args), on the pool's threads in use; the calling thread's share of a core during it decides how
@@ -54,13 +55,16 @@ class PoolGovernor:
         trial = self.threads < self.size and self._clock() >= self._retry_at
         if trial:
             self._use(self.size)  # before the call's clocks start: reconfiguring takes 30 us
-        measured = trial or self._last_call_s >= MEASURED_AFTER_S
-        start, cpu_start = self._clock(), self._cpu_clock() if measured else 0.0
+        start = self._clock()
+        measured = trial or start - self._measured_at >= MEASURE_EVERY_S
+        if measured:
+            self._measured_at = start
+        cpu_start = self._cpu_clock() if measured else 0.0
         try:
             return func(*args)
         finally:
             now = self._clock()
-            self._last_call_s = elapsed = now - start
+            elapsed = now - start
             if measured and elapsed > 0:
                 self._observe((self._cpu_clock() - cpu_start) / elapsed, trial, now, elapsed)
 
