@@ -48,6 +48,8 @@ def test_fixed_input_matches_onnxruntime_and_is_checked(tmp_path):
     assert "axes=[1] (fixed)" in repr(module)
     with pytest.raises(xcomp.InputError, match=r"'axes' was fixed to \[1\] at compile time.*got \[2\]"):
         module.run({**feed, "axes": np.array([2], np.int64)})
+    with pytest.raises(xcomp.InputError, match=r"missing input\(s\) \['data'\]"):  # as many names as inputs
+        module.run({"axes": feed["axes"]})
     loaded = xcomp.load(module.save(tmp_path / "m.xc"))
     np.testing.assert_array_equal(loaded.run(feed)["y"], module.run(feed)["y"])
     with pytest.raises(xcomp.InputError, match="fixed to"):
