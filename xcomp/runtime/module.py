@@ -265,11 +265,6 @@ def _checked_array(spec, value):
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
-# An input up to this size is copied into its staging buffer, whose TVM tensor is kept: copying this much costs
-# what making a tensor over the caller's array does (docs/decisions/call-overhead.md).
-_COPIED_UNSEEN_BYTES = 16 * 1024
-
-
 class _Staging(threading.local):
     """Each thread's 64-byte aligned copies of the inputs, kept from call to call: a fresh buffer for each call
     costs page faults, more than the copy itself (docs/decisions/call-overhead.md). A buffer keeps its memory
@@ -307,8 +302,8 @@ class _Staging(threading.local):
 def _to_device(array, dev, staging=None, index=0):
     """`array` as a TVM tensor on `dev`. On the CPU (`staging`, a _Staging) it goes through DLPack, much cheaper
     per call than tvm.runtime.tensor, which a small model's latency notices (docs/decisions/call-overhead.md):
-    as it is where its elements are aligned (backends/cpu/param_alignment.py) and it is writable, else, and when
-    it is small, copied into staging buffer `index`. The kernels only read their inputs. Without staging
+    as it is where its elements are aligned (backends/cpu/param_alignment.py) and it is writable, else copied into
+    staging buffer `index`. The kernels only read their inputs. Without staging
     (a GPU), and for what numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not
     place), a copy by tvm.runtime.tensor."""
     import tvm_ffi
@@ -317,7 +312,7 @@ def _to_device(array, dev, staging=None, index=0):
         import tvm  # (here only: an import statement costs every call 0.1 us)
 
         return tvm.runtime.tensor(array, dev)
-    if array.nbytes <= _COPIED_UNSEEN_BYTES or not (array.flags.aligned and array.flags.writeable):
+    if not (array.flags.aligned and array.flags.writeable):
         return staging.tensor(index, array)
     return tvm_ffi.from_dlpack(array, require_alignment=array.dtype.itemsize)
 
