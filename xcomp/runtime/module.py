@@ -303,9 +303,9 @@ def _to_device(array, dev, staging=None, index=0):
     """`array` as a TVM tensor on `dev`. On the CPU (`staging`, a _Staging) it goes through DLPack, much cheaper
     per call than tvm.runtime.tensor, which a small model's latency notices (docs/decisions/call-overhead.md):
     as it is where its elements are aligned (backends/cpu/param_alignment.py) and it is writable, else copied into
-    staging buffer `index`. The kernels only read their inputs. Without staging
-    (a GPU), and for what numpy's DLPack lacks (bool; an empty array, whose data pointer a slice does not
-    place), a copy by tvm.runtime.tensor."""
+    staging buffer `index`. The kernels only read their inputs. Without staging (a GPU), and for what numpy's
+    DLPack lacks (bool; an empty array, whose data pointer a slice does not place), a copy by
+    tvm.runtime.tensor."""
     import tvm_ffi
 
     if staging is None or array.dtype == bool or not array.size:
