@@ -413,10 +413,32 @@ def test_matrix_core_knobs_respect_the_spec(target):
         # at least the unpadded operand stages and accumulator (test_shared_memory_banks.py checks it lowered)
         assert (stages * (block_m + block_n) * block_k * 2 + block_m * block_n * 4 <= template.shared_bytes(knobs)
                 <= template.shared_limit())
-    # the default stays within what a block gets without opting in; on NVIDIA, larger configs are searched
-    assert template.shared_bytes(template.default_knobs()) <= spec.shared_mem_per_block
+    # on NVIDIA, configs past what a block gets without opting in are searched too
     beyond = [knobs for knobs in configs if template.shared_bytes(knobs) > spec.shared_mem_per_block]
     assert bool(beyond) == (backend.name == "cuda"), beyond[:1]
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_matrix_core_default_tile_follows_the_grid(target):
+    """The default block tile by the blocks it gives the spec's SMs (132 on sm_90): 128 x 128 with 3 stages for a
+    4096^2 output (1024 blocks), 64 x 64 for 1024^2 (64 blocks of 128 x 128 would leave SMs idle), 32 x 32 for
+    128 x 256 (8 blocks of 64 x 64). Each is valid on its spec: gfx942's 64 KiB of LDS, without cp.async, holds
+    no 128 x 128 tile with its float32 accumulator, so it keeps 64 x 64 there."""
+    from xcomp.schedules import gpu
+
+    backend = get_backend(target)
+    tiles = {}
+    for m, n in ((4096, 4096), (1024, 1024), (128, 256)):
+        func = matmul_prim_func(fused(_matmul_relu("float16", m=m, k=256, n=n)))[1]
+        template = gpu.get_template(func, backend.schedule_context())
+        knobs = template.default_knobs()
+        assert template.valid(knobs), (m, n, knobs)
+        tiles[m, n] = (knobs["warps_m"] * knobs["frags_m"] * 16, knobs["warps_n"] * knobs["frags_n"] * 16,
+                       knobs["stages"])
+    if backend.name == "cuda":
+        assert tiles == {(4096, 4096): (128, 128, 3), (1024, 1024): (64, 64, 2), (128, 256): (32, 32, 2)}
+    else:
+        assert tiles == {(4096, 4096): (64, 64, 1), (1024, 1024): (64, 64, 1), (128, 256): (32, 32, 1)}
 
 
 def test_float32_matmuls_keep_the_simt_template():

@@ -170,9 +170,9 @@ def test_tf32_operand_rows_are_padded_against_bank_conflicts():
     assert [_conflict_free_pitch(f.layout_a, 16, 8, row, 4) for row in (16, 32)] == [20, 36]
     assert _conflict_free_pitch(f.layout_b, 8, 16, 64, 4) == 72
     knobs = template.default_knobs()
-    assert knobs["k_frags"] == 4 and template.valid(knobs)
-    # 64 x 32 A stage + 32 x 64 B stage + 64 x 64 accumulator, in float32, rows as padded
-    assert template.shared_bytes(knobs) == (64 * 36 + 32 * 72 + 64 * 72) * 4
+    assert knobs["k_frags"] == 4 and knobs["stages"] == 2 and template.valid(knobs)
+    # two stages of a 64 x 32 A tile and a 32 x 64 B tile, a 64 x 64 accumulator, in float32, rows as padded
+    assert template.shared_bytes(knobs) == (2 * (64 * 36 + 32 * 72) + 64 * 72) * 4
 
 
 @pytest.mark.parametrize("knobs", [{}, {"stages": 2, "frags_n": 1}], ids=["default", "stages2"])

@@ -173,6 +173,21 @@ def _operand_traits(block, region, rank) -> list:
     return [trait for _, trait in axes]
 
 
+def _output_extents(block) -> tuple[int, int, int] | None:
+    """(batch, rows, columns) of the normalized GEMM C[S, I, J], or None where one of them is symbolic."""
+    from tvm import tirx
+    from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits
+
+    *_, block_traits = detect_iter_traits(block)
+    extents = {IterKind.kIter_S: 1, IterKind.kIter_I: 1, IterKind.kIter_J: 1}
+    for trait in block_traits:
+        if trait.kind in extents:
+            if not isinstance(trait.extent, tirx.IntImm):
+                return None
+            extents[trait.kind] *= int(trait.extent)
+    return tuple(extents.values())
+
+
 def _is_one(expr) -> bool:
     return getattr(expr, "value", None) == 1
 
@@ -225,6 +240,7 @@ class MatrixCoreTemplate(Template):
         block = sch.get(_gemm_block(sch))
         self.operand_bytes = tvm.DataType(_operand_dtypes(block)[0]).bits // 8  # float16: 2, float32 (tf32): 4
         self.contiguous = _contiguous_operands(block)
+        self.output_extents = _output_extents(block)
         # TVM's permuted layout rewrites ldmatrix addresses; other fragment loads keep padded rows
         self.ldmatrix = _loads_through_ldmatrix(intrinsics)
 
@@ -236,15 +252,31 @@ class MatrixCoreTemplate(Template):
                 "stages": [1, 2, 3, 4] if "cp.async" in self.spec.features else [1]}
 
     def default_knobs(self) -> Knobs:
-        """2x2 warps of 2x2 fragments; two shared-memory stages where both operands copy whole vectors (cp.async)
-        and both stages fit, since waiting on each tile's copy left the matrix cores idle (docs/gpu-results.md)."""
-        single = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "k_frags": self._default_k_frags(),
-                  "vector": self._widest_vector() if any(self.contiguous) else 1, "stages": 1}
-        pipelined = {**single, "stages": 2}
+        """The block tile by how many blocks the output gives the spec's SMs (docs/gpu-results.md): 2x2 warps of
+        4x4 fragments (128 x 128) where even those give every SM a block, 2x1 warps of 1x2 fragments (32 x 32)
+        where 64 x 64 blocks would leave more than half of the SMs idle, 2x2 of 2x2 (64 x 64) between them and
+        where the extents are symbolic. Pipelined where both operands copy whole vectors (cp.async): 3 stages for
+        the 128 x 128 tile, 2 for the others; waiting on each tile's copy left the matrix cores idle."""
+        base = {"k_frags": self._default_k_frags(), "vector": self._widest_vector() if any(self.contiguous) else 1,
+                "stages": 1}
+        large = {**base, "warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4}
+        medium = {**base, "warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2}
+        small = {**base, "warps_m": 2, "warps_n": 1, "frags_m": 1, "frags_n": 2}
+        tiles = [(medium, 2)]  # (tile, its pipeline stages), the first valid one taken
+        if self.output_extents is not None and self._blocks(large) >= self.spec.cores:
+            tiles.insert(0, (large, 3))
+        elif self.output_extents is not None and 2 * self._blocks(medium) < self.spec.cores:
+            tiles.insert(0, (small, 2))
         asynchronous = "cp.async" in self.spec.features and all(self.contiguous)
-        # within what a block gets without opting in: no GPU has run a kernel of this template beyond it yet
-        fits = self.shared_bytes(pipelined) <= self.spec.shared_mem_per_block
-        return pipelined if asynchronous and fits and self.valid(pipelined) else single
+        candidates = [{**tile, "stages": stages} for tile, stages in tiles if asynchronous]
+        candidates += [tile for tile, _ in tiles]
+        return next((knobs for knobs in candidates if self.valid(knobs)), medium)
+
+    def _blocks(self, knobs: Knobs) -> int:
+        """Thread blocks in the grid of `knobs` (static extents only)."""
+        bm, bn, _ = self._block_tile(knobs)
+        batch, rows, cols = self.output_extents
+        return batch * -(-rows // bm) * -(-cols // bn)
 
     def _default_k_frags(self) -> int:
         """2; where the fragments load element by element, as many as make A's rows 128 bytes (tfloat32: 4): a
