@@ -27,7 +27,7 @@ class MatrixCoreShape:
 
 # HardwareSpec fields that the arch and features determine: the same hardware gets the same fingerprint (and
 # finds its tuning records) whether or not a spec spells them out.
-_DERIVED_FROM_ARCH = ("fma_pipes", "load_ports", "fma_latency", "shared_mem_opt_in")
+_DERIVED_FROM_ARCH = ("fma_pipes", "load_ports", "fma_latency", "shared_mem_opt_in", "l1_ways")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,9 @@ class HardwareSpec:
                      kernel in when its dynamic shared memory exceeds 48 KiB); 0: no more than shared_mem_per_block.
                      It follows from the arch, so the fingerprint leaves it out.
     cache_bytes:     (L1d, L2, L3) per core/SM, bytes; 0 where unknown.
+    l1_ways:         the L1d's associativity (CPU; 0 where unknown): rows of a matrix whose stride is a multiple of
+                     cache_bytes[0] / l1_ways share one set. It follows from the arch, so the fingerprint leaves it
+                     out.
     matrix_cores:    matrix-core instruction shapes available.
     peak_flops:      dtype -> FLOP/s for the whole device.
     mem_bandwidth:   bytes/s from main memory / HBM.
@@ -67,6 +70,7 @@ class HardwareSpec:
     registers_per_block: int = 0
     shared_mem_opt_in: int = 0
     cache_bytes: tuple = (0, 0, 0)
+    l1_ways: int = 0
     matrix_cores: tuple = ()
     peak_flops: dict = dataclasses.field(default_factory=dict)
     mem_bandwidth: float = 0.0

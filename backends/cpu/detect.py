@@ -15,6 +15,9 @@ FMA_PIPES, LOAD_PORTS, FMA_LATENCY = 2, 2, 4
 # assumes no weights stay cached.
 HOST_FALLBACK_CACHES = (32 * 1024, 256 * 1024)
 NAMED_CPU_CACHES = (32 * 1024, 1024 * 1024, 0)
+# The L1d's ways where the host does not say, and for a named CPU: the fewest of the x86 server cores xcomp has
+# met (Zen 3 and 4: 8; Intel's since Ice Lake: 12).
+FALLBACK_L1_WAYS = 8
 
 
 def _host_triple() -> str:
@@ -49,9 +52,9 @@ def _cpu_mhz() -> float:
     return 2000.0
 
 
-def _cache_sizes() -> tuple:
-    """(L1d, L2, L3) in bytes for cpu0, from sysfs; zeros where unknown."""
-    sizes = {}
+def _data_caches() -> dict:
+    """{level: (bytes, ways)} of cpu0's data and unified caches, from sysfs; empty where it has none."""
+    caches = {}
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for entry in sorted(os.listdir(base)):
@@ -67,10 +70,15 @@ def _cache_sizes() -> tuple:
             if kind == "Instruction":
                 continue
             mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1], 1)
-            sizes[level] = int(text.rstrip("KMG")) * mult
+            try:
+                with open(os.path.join(path, "ways_of_associativity")) as f:
+                    ways = int(f.read())
+            except (OSError, ValueError):
+                ways = 0
+            caches[level] = (int(text.rstrip("KMG")) * mult, ways)
     except OSError:
         pass
-    return (sizes.get(1, 0), sizes.get(2, 0), sizes.get(3, 0))
+    return caches
 
 
 def usable_cores() -> int:
@@ -130,10 +138,12 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
     has_fma = "fma" in feats or "neon" in feats
     fp32_peak = cores * ghz * 1e9 * lanes * (2 if has_fma else 1) * FMA_PIPES
     if host:
-        l1, l2, l3 = _cache_sizes()
+        found = _data_caches()
+        (l1, l1_ways), (l2, _), (l3, _) = (found.get(level, (0, 0)) for level in (1, 2, 3))
         caches = (l1 or HOST_FALLBACK_CACHES[0], l2 or HOST_FALLBACK_CACHES[1], l3)
+        l1_ways = l1_ways or FALLBACK_L1_WAYS
     else:
-        caches = NAMED_CPU_CACHES
+        caches, l1_ways = NAMED_CPU_CACHES, FALLBACK_L1_WAYS
     return HardwareSpec(
         name=f"{mcpu} ({cores} cores)" if host else mcpu,
         kind="cpu",
@@ -143,6 +153,7 @@ def describe_cpu(mcpu: str | None = None, triple: str | None = None) -> Hardware
         vector_bytes=lanes * 4,
         vector_registers=registers,
         cache_bytes=caches,
+        l1_ways=l1_ways,
         matrix_cores=tuple(matrix),
         peak_flops={"float32": fp32_peak},
         # A rough per-socket figure; reports measure this machine's own (Backend.measured_roofs, roofs.py).
