@@ -182,8 +182,9 @@ class MatmulTemplate(CpuTemplate):
             # from L2) counting as two broadcasts of A (from L1), then most rows
             return (panel_fits, mr * nr * rows_used, -(mr + 2 * nr), mr)
 
-        tiles = [(mr, nr) for mr in self._mr_choices() for nr in self._nr_choices()
-                 if self.valid({"mr": mr, "nr": nr}) and mr <= self._rows_in_one_l1_set()]
+        most_rows = self._most_rows_of_a()
+        tiles = [(mr, nr) for mr in self._mr_choices() if mr <= most_rows for nr in self._nr_choices()
+                 if self.valid({"mr": mr, "nr": nr})]
         mr, nr = max(tiles, key=cost)
         # a GEMV over vectors: several panels per core (_gemv_nr); over scalar columns the widest tile, in few
         # tasks, ran faster
@@ -198,8 +199,8 @@ class MatmulTemplate(CpuTemplate):
             knobs["pack_b"] = m >= 4 * mr
         return knobs
 
-    def _rows_in_one_l1_set(self) -> float:
-        """The most rows of A a tile may read: A is read in place, and where its row stride is a multiple of the
+    def _most_rows_of_a(self) -> float:
+        """The most rows of A a default tile reads: A is read in place, and where its row stride is a multiple of the
         L1's set span (its size over its ways) every row of a tile maps to one set, so more rows than the set has
         ways evict each other on every k step (K = 8192 on an 8-way L1: 16 rows ran 2.1x slower than 8)."""
         l1, ways = self.spec.cache_bytes[0] if self.spec.cache_bytes else 0, self.spec.l1_ways
