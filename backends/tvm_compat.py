@@ -11,11 +11,17 @@
   A value the user set still wins.
 - The ROCm callbacks (rocm/toolchain.py): linking with LLVM 22's ld.lld, and no device bitcode libraries where
   ROCm is not installed. TVM registers its own when tvm.support.rocm is imported; ours override them.
+
+`tensor_intrinsics()` is the one way in to TVM's registered tensor intrinsics: it imports them ten times faster.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import linecache
 import os
+import sys
 
 SPIN_COUNT = 1000  # yields a pool worker spins through before it sleeps
 _prepared = False
@@ -36,3 +42,39 @@ def prepare() -> None:
     tvm_ffi.register_global_func("tvm_callback_rocm_link", link_code_object, override=True)
     tvm_ffi.register_global_func("tvm_callback_rocm_bitcode_path", device_bitcode, override=True)
     _prepared = True
+
+
+def tensor_intrinsics():
+    """tvm.s_tir.tensor_intrin, imported. It registers TVM's tensor intrinsics (ldmatrix, mma.sync, MFMA, ...) by
+    parsing hundreds of TVMScript functions, and each parse takes `inspect.stack()`. For a frame whose file is not
+    on disk, such as the `<frozen importlib._bootstrap>` frames an import is full of, inspect scans every module in
+    sys.modules to find its source: 25 s to a minute in all. The parser reads only each frame, its line and the
+    code on it, which `_stack_without_source_search` gives exactly, in 2.5 s in all
+    (docs/decisions/one-time-costs.md)."""
+    if "tvm.s_tir.tensor_intrin" not in sys.modules:
+        with _patched(inspect, "stack", _stack_without_source_search):
+            import tvm.s_tir.tensor_intrin  # noqa: F401 - registers the intrinsics
+    return sys.modules["tvm.s_tir.tensor_intrin"]
+
+
+def _stack_without_source_search(context: int = 1) -> list:
+    """inspect.stack() from its caller's frame outwards, each code line read through linecache (what inspect
+    itself reads for a file on disk; a frame of no file gets no code line, as from inspect)."""
+    frame, infos = sys._getframe(1), []
+    while frame is not None:
+        code = frame.f_code
+        line = linecache.getline(code.co_filename, frame.f_lineno, frame.f_globals) if context else ""
+        infos.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name,
+                                       [line] if line else None, 0 if line else None))
+        frame = frame.f_back
+    return infos
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value):
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)

@@ -200,3 +200,28 @@ def test_thread_pool_workers_spin_between_regions_unless_the_user_says(user_valu
             "print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == (user_value or str(tvm_compat.SPIN_COUNT))
+
+
+def test_stack_without_source_search_is_inspect_s_stack(tmp_path):
+    """tensor_intrinsics() imports TVM's intrinsics with inspect.stack() replaced (backends/tvm_compat.py). The
+    TVMScript parser reads each frame's object, file, line, function and code line: the replacement gives the same,
+    here inside an import, whose `<frozen importlib._bootstrap>` frames have no file on disk."""
+    import importlib
+    import sys
+
+    (tmp_path / "stacks_at_import.py").write_text(
+        "import inspect\n"
+        "from xcomp.backends import tvm_compat\n"
+        "STACKS = [take() for take in (inspect.stack, tvm_compat._stack_without_source_search)]\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        theirs, ours = importlib.import_module("stacks_at_import").STACKS
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("stacks_at_import", None)
+
+    def fields(stack):
+        return [(i.frame, i.filename, i.lineno, i.function, i.code_context, i.index) for i in stack]
+
+    assert any(i.filename.startswith("<frozen") for i in theirs)
+    assert fields(ours) == fields(theirs)

@@ -19,6 +19,7 @@ way (round to nearest, ties away from zero, as cvt.rna.tf32.f32: the mma itself 
 from __future__ import annotations
 
 from ..gpu import FragmentIntrinsics
+from ..tvm_compat import tensor_intrinsics
 
 _LANES = 32
 _TILE = 16  # rows and columns of one output fragment
@@ -37,7 +38,7 @@ def fragment_intrinsics(spec, in_dtype: str, acc_dtype: str) -> FragmentIntrinsi
         return _tf32_intrinsics(shape)
     if acc_dtype != "float32" or in_dtype not in ("float16", "bfloat16"):
         return None
-    from tvm.s_tir.tensor_intrin import cuda as intrin
+    intrin = tensor_intrinsics().cuda
 
     layout = intrin.shared_16x16_to_ldmatrix_32x8_layout
     if in_dtype == "float16":
@@ -145,7 +146,7 @@ _TF32_NAMES = {"load_a": "xcomp_mma_load_tf32_a_shared_dyn", "load_b": "xcomp_mm
 
 
 def _tf32_intrinsics(shape) -> FragmentIntrinsics:
-    from tvm.s_tir.tensor_intrin import cuda as intrin
+    intrin = tensor_intrinsics().cuda
 
     k = shape.k
     names = _registered(_TF32_NAMES, lambda: {

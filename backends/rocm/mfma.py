@@ -8,6 +8,7 @@ TVM's tensor_intrin.rocm registers the loads, the MFMA and the fill; each of the
 from __future__ import annotations
 
 from ..gpu import FragmentIntrinsics
+from ..tvm_compat import tensor_intrinsics
 
 _STORE_TO_SHARED = "xcomp_rocm_mfma_store_16x16_f32_shared"
 
@@ -18,7 +19,7 @@ def fragment_intrinsics(spec, in_dtype: str, acc_dtype: str) -> FragmentIntrinsi
     if not has_mfma or (in_dtype, acc_dtype) != ("float16", "float32"):  # the pair TVM registers intrinsics for
         return None
     from tvm.s_tir import TensorIntrin
-    from tvm.s_tir.tensor_intrin import rocm as intrin
+    intrin = tensor_intrinsics().rocm
 
     try:
         TensorIntrin.get(_STORE_TO_SHARED)
