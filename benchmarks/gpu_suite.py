@@ -12,8 +12,10 @@ opting in) where they are not the default, and the best of --trials random ones,
 Models: torchvision's resnet50 and transformers' BERT-base (seq 128)
 with seeded random weights, exported to ONNX (opset 17, the legacy exporter); xcomp runs them with and without its
 CUDA graphs (cuda_graph=True), torch in eager mode, through torch.compile and through torch.compile(mode=
-"reduce-overhead") (CUDA graphs). Every xcomp result is checked against torch's on two inputs before it is timed;
-a mismatch is recorded as an error and its time is not reported.
+"reduce-overhead") (CUDA graphs). Attention: softmax(q k^T / sqrt(64)) v, causal too, float16, 12 heads, seq 128 to
+2048, as the ops transformers' eager attention exports, against torch's scaled_dot_product_attention. Every xcomp
+result is checked against torch's before it is timed (the models' on two inputs); a mismatch is recorded as an
+error and its time is not reported.
 
 Steps run in priority order while the budget lasts; DIR/gpu_suite.json is rewritten after each, in the shape of
 benchmarks/results/gpu/ (see docs/gpu-results.md), so a call cut short still returns what it measured. The generated
@@ -43,6 +45,8 @@ GEMMS = [(4096, 4096, 4096, "float16"), (8192, 8192, 8192, "float16"), (4096, 40
 SWEEPS = [(4096, 4096, 4096, "float16")]
 # in the order a cut budget should spare them: BERT has the fewest runs so far, float32 resnet50 the most
 MODELS = [("bert-base", "float16"), ("resnet50", "float16"), ("resnet50", "float32")]
+# (heads, seq, head_dim, causal), float16, batch 1: the issue's attention target against torch's SDPA
+ATTENTIONS = [(12, 128, 64, False), (12, 512, 64, False), (12, 2048, 64, False), (12, 2048, 64, True)]
 TORCH_MODES = {"torch_eager_ms": None, "torch_compile_ms": "default", "torch_reduce_overhead_ms": "reduce-overhead"}
 SEED = 0
 
@@ -152,6 +156,64 @@ def run_gemm(m, n, k, dtype, out_dir, dry_run, math=None):
     if row["max_rel_error"] > tolerance:
         row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> {tolerance})"
         row["xcomp_tflops"] = None
+    return row
+
+
+def attention_model(heads, seq, head_dim, causal):
+    """softmax(q k^T / sqrt(head_dim) [causal: -inf past the query's own key]) v in float16, q, k, v [1, heads,
+    seq, head_dim] inputs: the ops transformers' eager attention exports, which xcomp compiles as it finds them."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = [1, heads, seq, head_dim]
+    scale = numpy_helper.from_array(np.array(head_dim ** -0.5, np.float16), "scale")
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Mul", ["scores", "scale"], ["logits"])]
+    constants = [scale]
+    if causal:
+        constants += [numpy_helper.from_array(np.tril(np.ones((seq, seq), bool)), "visible"),
+                      numpy_helper.from_array(np.array(-np.inf, np.float16), "hidden")]
+        nodes.append(helper.make_node("Where", ["visible", "logits", "hidden"], ["masked"]))
+    nodes += [helper.make_node("Softmax", [nodes[-1].output[0]], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "attention",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT16, shape) for n in "qkv"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, shape)], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def run_attention(heads, seq, head_dim, causal, dry_run):
+    """One attention row: xcomp's build of attention_model against torch's scaled_dot_product_attention (flash or
+    memory-efficient kernels, whichever torch picks) on the same arrays, both checked against float32 math."""
+    import xcomp
+
+    row = {"heads": heads, "seq": seq, "head_dim": head_dim, "dtype": "float16", "causal": causal, "batch": 1}
+    t = time.monotonic()
+    module = xcomp.compile(attention_model(heads, seq, head_dim, causal), target="cuda:sm_90" if dry_run else "cuda")
+    row["xcomp_compile_s"] = round(time.monotonic() - t, 1)
+    row["groups"] = [{"name": g.name, "kind": g.kind, "count": g.count} for g in module.groups]
+    if dry_run:
+        return {**row, "xcomp_ms": None, "sdpa_ms": None}
+    import torch
+
+    from xcomp.report.profile import profile_module
+
+    rng = np.random.default_rng(SEED)
+    q, k, v = (torch.from_numpy(rng.standard_normal((1, heads, seq, head_dim), dtype=np.float32)).to(
+        "cuda", torch.float16) for _ in range(3))
+    reference = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    inputs = {name: t.cpu().numpy() for name, t in zip("qkv", (q, k, v))}
+    row["max_rel_error"] = relative_error(module(*inputs.values()), reference.cpu().numpy())
+    row["xcomp_ms"] = module.benchmark(inputs, repeat=20)["median_ms"]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    row["sdpa_ms"] = cuda_time_ms(lambda: sdpa(q, k, v, is_causal=causal))
+    row["sdpa_max_rel_error"] = relative_error(sdpa(q, k, v, is_causal=causal).float().cpu().numpy(),
+                                               reference.cpu().numpy())
+    if row["max_rel_error"] > 1e-2:
+        row["error"] = f"wrong result: max error {row['max_rel_error']:.3g} of the largest output (> 1e-2)"
+        row["xcomp_ms"] = None
+    else:  # where the time goes: the scores, the softmax and the product with v are groups of their own
+        row["groups"] = [g.to_dict() for g in profile_module(module, repeat=5, progress=False)]
     return row
 
 
@@ -379,7 +441,8 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     budget = Budget(args.budget_s)
-    result = {**environment(args.commit, args.dry_run), "gemm": [], "knob_sweeps": [], "models": []}
+    result = {**environment(args.commit, args.dry_run), "gemm": [], "knob_sweeps": [], "models": [],
+              "attention": []}
     out_json = os.path.join(args.out, "gpu_suite.json")
 
     def record(section, label, fn, *params):
@@ -406,6 +469,9 @@ def main():
     if not args.dry_run:  # the models before the sweeps: torch.compile is the baseline the issue's targets name
         for name, dtype in MODELS:
             record("models", f"model {name} {dtype}", run_model, name, dtype, args.out, budget)
+    for heads, seq, head_dim, causal in ATTENTIONS:
+        record("attention", f"attention {heads}x{seq}x{head_dim}" + (" causal" if causal else ""), run_attention,
+               heads, seq, head_dim, causal, args.dry_run)
     for m, n, k, dtype in SWEEPS:
         record("knob_sweeps", f"sweep {m}x{n}x{k} {dtype}", run_knob_sweep, m, n, k, dtype, args.trials,
                args.dry_run)

@@ -23,7 +23,7 @@ def test_dry_run_writes_the_results_shape(tmp_path):
     env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/local/cuda/bin")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_suite.py"), "--dry-run",
                            "--out", str(tmp_path), "--commit", "test", "--only", "gemm 1024x1024x1024 float16",
-                           "float32 tf32"], capture_output=True, text=True, env=env, timeout=600)
+                           "float32 tf32", "attention 12x128x64"], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / "gpu_suite.json") as f:
         result = json.load(f)
@@ -42,6 +42,11 @@ def test_dry_run_writes_the_results_shape(tmp_path):
         if shutil.which("ptxas", path=env["PATH"]):
             assert any("0 bytes spill stores" in line for line in row["ptxas"]), row["ptxas"]
     assert tf32["math"] == "tf32" and "math" not in fp16
+    attention, = result["attention"]  # against torch's SDPA on a GPU
+    assert "error" not in attention, attention.get("error")
+    assert (attention["seq"], attention["causal"], attention["xcomp_ms"], attention["sdpa_ms"]) == (128, False, None,
+                                                                                                   None)
+    assert any(group["kind"] == "matmul" for group in attention["groups"])
 
 
 def _benchmark(name):
