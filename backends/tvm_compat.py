@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import linecache
 import os
@@ -52,8 +51,11 @@ def tensor_intrinsics():
     code on it, which `_stack_without_source_search` gives exactly, in 2.5 s in all
     (docs/decisions/one-time-costs.md)."""
     if "tvm.s_tir.tensor_intrin" not in sys.modules:
-        with _patched(inspect, "stack", _stack_without_source_search):
+        stack, inspect.stack = inspect.stack, _stack_without_source_search
+        try:
             import tvm.s_tir.tensor_intrin  # noqa: F401 - registers the intrinsics
+        finally:
+            inspect.stack = stack
     return sys.modules["tvm.s_tir.tensor_intrin"]
 
 
@@ -69,12 +71,3 @@ def _stack_without_source_search(context: int = 1) -> list:
         frame = frame.f_back
     return infos
 
-
-@contextlib.contextmanager
-def _patched(owner, name: str, value):
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
