@@ -1,6 +1,6 @@
 """xcomp against onnxruntime on well-known architectures, built from library configs with random weights.
 
-Usage: python benchmarks/zoo.py [--repeat 30] [--json out.json] [--timeout 1800] [--dynamo] [model ...]
+Usage: python benchmarks/zoo.py [--repeat 30] [--json out.json] [--timeout 1800] [--dynamo] [--tune 20m] [model ...]
 (default: every model)
 
 Needs torch, torchvision and transformers (written with torch 2.13.0, torchvision 0.28.0, transformers 4.46.3)
@@ -22,6 +22,10 @@ model for this CPU (the compile seconds), runs xcomp and onnxruntime on the same
 onnxruntime (< 1: xcomp is faster). A model matches when the largest absolute difference of the outputs, over the
 largest absolute value of onnxruntime's output, is at most 1e-3; a model that fails to export, compile or match gets its
 row with the reason and the others still run.
+
+--tune TIME first benches the model untuned as above, then runs `xcomp tune MODEL --time TIME` on it (a fresh
+database per model) and benches it again with `--db`: the row adds the tuning seconds, the tuned build's and
+onnxruntime's medians from that second run, and their ratio (the issue's target: 0.8 after 20 minutes).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import warnings
 
@@ -175,10 +180,11 @@ def _reference_scale(path, report):
     return float(max(np.max(np.abs(out)) for out in session.run(None, inputs)))
 
 
-def bench(path, repeat, timeout_s):
-    """One row from `xcomp bench --json` in a subprocess, so one model's memory and threads do not sway the next."""
+def bench(path, repeat, timeout_s, db=None):
+    """One row from `xcomp bench --json` in a subprocess, so one model's memory and threads do not sway the next;
+    with `db`, the model compiled with its tuned configs."""
     cmd = [sys.executable, "-m", "xcomp", "bench", path, "--baseline", "onnxruntime", "--json", "-q",
-           "--repeat", str(repeat)]
+           "--repeat", str(repeat), *(["--db", db] if db else [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -202,6 +208,26 @@ def bench(path, repeat, timeout_s):
     return row
 
 
+def tune(path, budget: str, db: str, timeout_s) -> float:
+    """`xcomp tune` on the model for `budget` (e.g. "20m") into `db`, in a subprocess; its wall seconds."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "xcomp", "tune", path, "--time", budget, "--db", db, "-q"],
+                          capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "xcomp tune failed")
+    return time.monotonic() - start
+
+
+def tuned_row(path, budget, folder, repeat, timeout_s) -> dict:
+    """The tuning seconds and the tuned build against onnxruntime in a bench of their own."""
+    db = os.path.join(folder, os.path.basename(path) + ".sqlite")
+    seconds = tune(path, budget, db, timeout_s)
+    row = bench(path, repeat, timeout_s, db)
+    fields = {"tune_s": seconds, "tuned_ms": row["xcomp_ms"], "tuned_onnxruntime_ms": row["onnxruntime_ms"],
+              "tuned_ratio": row["ratio"]}
+    return {**fields, "tuned_error": row["error"]} if "error" in row else fields
+
+
 def _one_line(err):
     """The error's first line, and that of the error that caused it (a wrapped import error says little itself)."""
     def line(e):
@@ -220,6 +246,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=30, help="timed steady runs of each runtime (default 30)")
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one model's bench may take (default 1800)")
+    parser.add_argument("--tune", metavar="TIME", help="also tune each model for TIME (xcomp tune --time, e.g. 20m) "
+                        "and bench its tuned build")
     parser.add_argument("--dynamo", action="store_true",
                         help="export with torch's default (dynamo) exporter instead of the TorchScript one at opset 17")
     args = parser.parse_args()
@@ -242,18 +270,29 @@ def main():
                     row.update(bench(path, args.repeat, args.timeout))
                 except Exception as err:
                     row["error"] = f"bench: {_one_line(err)}"
+                if args.tune and "error" not in row:
+                    try:
+                        row.update(tuned_row(path, args.tune, folder, args.repeat, args.timeout))
+                    except Exception as err:
+                        row["tuned_error"] = f"tune: {_one_line(err)}"
                 os.remove(path)  # the larger models' files add up to gigabytes
             rows.append(row)
             if "xcomp_ms" in row:
                 check = row.get("error", f"ok ({row['relative_diff']:.1e})")
                 print(f"{name:22s} {row['compile_s']:9.1f} {row['xcomp_ms']:10.2f} {row['onnxruntime_ms']:10.2f} "
                       f"{row['ratio']:6.2f}  {check}", flush=True)
+                if "tuned_ms" in row:
+                    print(f"{'  tuned ' + format(row['tune_s'], '.0f') + ' s':22s} {'':9s} {row['tuned_ms']:10.2f} "
+                          f"{row['tuned_onnxruntime_ms']:10.2f} {row['tuned_ratio']:6.2f}  "
+                          f"{row.get('tuned_error', 'ok')}", flush=True)
+                elif "tuned_error" in row:
+                    print(f"{'  tuned':22s} ERROR {row['tuned_error']}", flush=True)
             else:
                 print(f"{name:22s} ERROR {row['error']}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 1 if any("error" in r for r in rows) else 0
+    return 1 if any("error" in r or "tuned_error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":
