@@ -202,7 +202,7 @@ def run_attention(heads, seq, head_dim, causal, dry_run):
     q, k, v = (torch.from_numpy(rng.standard_normal((1, heads, seq, head_dim), dtype=np.float32)).to(
         "cuda", torch.float16) for _ in range(3))
     reference = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-    inputs = {name: t.cpu().numpy() for name, t in zip("qkv", (q, k, v))}
+    inputs = {name: tensor.cpu().numpy() for name, tensor in zip("qkv", (q, k, v))}
     row["max_rel_error"] = relative_error(module(*inputs.values()), reference.cpu().numpy())
     row["xcomp_ms"] = module.benchmark(inputs, repeat=20)["median_ms"]
     sdpa = torch.nn.functional.scaled_dot_product_attention
