@@ -274,7 +274,7 @@ def main():
                     try:
                         row.update(tuned_row(path, args.tune, folder, args.repeat, args.timeout))
                     except Exception as err:
-                        row["tuned_error"] = f"tune: {_one_line(err)}"
+                        row["tuned_error"] = f"tuned: {_one_line(err)}"
                 os.remove(path)  # the larger models' files add up to gigabytes
             rows.append(row)
             if "xcomp_ms" in row:
