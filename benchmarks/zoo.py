@@ -183,15 +183,8 @@ def _reference_scale(path, report):
 def bench(path, repeat, timeout_s, db=None):
     """One row from `xcomp bench --json` in a subprocess, so one model's memory and threads do not sway the next;
     with `db`, the model compiled with its tuned configs."""
-    cmd = [sys.executable, "-m", "xcomp", "bench", path, "--baseline", "onnxruntime", "--json", "-q",
-           "--repeat", str(repeat), *(["--db", db] if db else [])]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"xcomp bench did not finish in {timeout_s:g} s (compile and both runtimes)") from None
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "xcomp bench failed")
-    report = json.loads(proc.stdout)
+    report = json.loads(_xcomp(["bench", path, "--baseline", "onnxruntime", "--json", "-q", "--repeat", str(repeat),
+                                *(["--db", db] if db else [])], timeout_s, "compile and both runtimes"))
     target = report["targets"][0]
     ort = next(b for b in report["baselines"] if b["name"] == "onnxruntime")
     if ort["status"] != "measured":
@@ -208,13 +201,26 @@ def bench(path, repeat, timeout_s, db=None):
     return row
 
 
-def tune(path, budget: str, db: str, timeout_s) -> float:
-    """`xcomp tune` on the model for `budget` (e.g. "20m") into `db`, in a subprocess; its wall seconds."""
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "xcomp", "tune", path, "--time", budget, "--db", db, "-q"],
-                          capture_output=True, text=True, timeout=timeout_s)
+def _xcomp(args: list, timeout_s, what: str) -> str:
+    """The stdout of `xcomp ARGS` in a subprocess; its last error line, or the timeout (`what` it ran), raised."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "xcomp", *args], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"xcomp {args[0]} did not finish in {timeout_s:g} s ({what})") from None
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "xcomp tune failed")
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"xcomp {args[0]} failed")
+    return proc.stdout
+
+
+def tune(path, budget: str, db: str, timeout_s) -> float:
+    """`xcomp tune` on the model for `budget` (e.g. "20m") into `db`, in a subprocess; its wall seconds.
+    `timeout_s` is on top of the budget: the tuner's last step runs after it."""
+    from xcomp.cli import _parse_duration
+
+    start = time.monotonic()
+    _xcomp(["tune", path, "--time", budget, "--db", db, "-q"], _parse_duration(budget) + timeout_s,
+           f"{budget} of tuning and its in-model step")
     return time.monotonic() - start
 
 
@@ -245,12 +251,21 @@ def main():
     parser.add_argument("models", nargs="*", metavar="model", help=f"models to run (default: all): {', '.join(MODELS)}")
     parser.add_argument("--repeat", type=int, default=30, help="timed steady runs of each runtime (default 30)")
     parser.add_argument("--json", help="also write the rows as JSON here")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds one model's bench may take (default 1800)")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds one model's bench may take, and its tuning past the --tune budget (default 1800)")
     parser.add_argument("--tune", metavar="TIME", help="also tune each model for TIME (xcomp tune --time, e.g. 20m) "
                         "and bench its tuned build")
     parser.add_argument("--dynamo", action="store_true",
                         help="export with torch's default (dynamo) exporter instead of the TorchScript one at opset 17")
     args = parser.parse_args()
+    if args.tune:  # a bad budget said now, not after the first model's untuned bench
+        from xcomp.cli import _parse_duration
+        from xcomp.errors import UserError
+
+        try:
+            _parse_duration(args.tune)
+        except UserError as err:
+            parser.error(f"--tune passes {err}")
     unknown = [n for n in args.models if n not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
