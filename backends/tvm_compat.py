@@ -70,4 +70,3 @@ def _stack_without_source_search(context: int = 1) -> list:
                                        [line] if line else None, 0 if line else None))
         frame = frame.f_back
     return infos
-

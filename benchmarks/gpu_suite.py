@@ -201,11 +201,11 @@ def run_attention(heads, seq, head_dim, causal, dry_run):
     rng = np.random.default_rng(SEED)
     q, k, v = (torch.from_numpy(rng.standard_normal((1, heads, seq, head_dim), dtype=np.float32)).to(
         "cuda", torch.float16) for _ in range(3))
-    reference = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    reference = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
     inputs = {name: tensor.cpu().numpy() for name, tensor in zip("qkv", (q, k, v))}
     row["max_rel_error"] = relative_error(module(*inputs.values()), reference.cpu().numpy())
     row["xcomp_ms"] = module.benchmark(inputs, repeat=20)["median_ms"]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
     row["sdpa_ms"] = cuda_time_ms(lambda: sdpa(q, k, v, is_causal=causal))
     row["sdpa_max_rel_error"] = relative_error(sdpa(q, k, v, is_causal=causal).float().cpu().numpy(),
                                                reference.cpu().numpy())
