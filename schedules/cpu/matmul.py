@@ -282,6 +282,8 @@ class MatmulTemplate(CpuTemplate):
     def finish(self, func):
         # ahead of the guard's copies (guard.insert), which nest.rebuild does not walk into
         body = nest.rebuild(func.body, _whole_tiles_unpredicated)
+        body = nest.rebuild(body, lambda loop, body, path: _whole_tiles_accumulate_unpredicated(
+            loop, body, path, self.name))
         return super().finish(func if body.same_as(func.body) else nest.in_ssa_form(func.with_body(body)))
 
     @staticmethod
@@ -381,6 +383,101 @@ def _whole_tiles_unpredicated(loop, body, path):
                     tile_loop.thread_binding, tile_loop.annotations)
     original = nest.loop_with(loop, body)
     return IfThenElse(tirx.all(*inside), whole, original) if inside else original
+
+
+def _whole_tiles_accumulate_unpredicated(loop, body, path, name):
+    """The loop around one register tile (the accumulators' init, the K loop, the write-back) where the tile's init
+    and update blocks are predicated, as where a static M is no multiple of the tile's rows: `if <the tile lies
+    inside the iteration space>: <the tile, init and update unpredicated> else: <as it was>`. LLVM unswitches a
+    predicate in the K loop only while the tile's code is small: behind an erf write-back it stayed, spilling an
+    accumulator, and a 197-row GEMM ran 35% slower than a 198-row one. The write-back's own split is
+    `_whole_tiles_unpredicated`'s, made before this one."""
+    from tvm.tirx import IfThenElse
+    from tvm_ffi import structural_equal
+
+    tile = _tile_blocks(body, name)
+    if tile is None:
+        return nest.loop_with(loop, body)
+    inside, predicated = [], []
+    for realize, loops in tile:
+        bounds = _iteration_bounds(realize, loops, (*path, loop))
+        if bounds is None:  # a predicate that says more than "inside the iteration space": kept in both branches
+            continue
+        inside += [b for b in bounds if not any(structural_equal(b, seen) for seen in inside)]
+        predicated.append(realize)
+    if not predicated:
+        return nest.loop_with(loop, body)
+    whole = tirx.all(*inside)
+    return nest.loop_with(loop, IfThenElse(whole, _specialized(body, whole, True, predicated),
+                                           _specialized(body, whole, False)))
+
+
+def _tile_blocks(body, name):
+    """[(realize, the loops between `body` and it)] of the matmul's init and update blocks, where `body` is a tile's:
+    a sequence whose first statement is the init's loop nest. None for any other body. A branch in the tile (the
+    write-back's split into whole tiles and the rest) is left as it is."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, ForKind, IfThenElse, SeqStmt
+
+    first = body.seq[0] if isinstance(body, SeqStmt) else None
+    while isinstance(first, For) and first.kind != ForKind.PARALLEL:
+        first = first.body
+    if not (isinstance(first, SBlockRealize) and first.block.name_hint == name + "_init"):
+        return None
+    found = []
+
+    def walk(stmt, loops):
+        if isinstance(stmt, For):
+            return walk(stmt.body, (*loops, stmt))
+        if isinstance(stmt, SeqStmt):
+            return all(walk(s, loops) for s in stmt.seq)
+        if isinstance(stmt, SBlockRealize):
+            if stmt.block.name_hint in (name + "_init", name + "_update"):
+                found.append((stmt, loops))
+            return True
+        return isinstance(stmt, IfThenElse)
+
+    return found if walk(body, ()) else None
+
+
+def _iteration_bounds(realize, loops, outer):
+    """The conditions under which `realize`'s predicate holds at every step of `loops` (inside `outer`): each of
+    its iterators, at the loops' last step, inside its domain. None where the predicate says more than that its
+    iterators lie inside their domains, as a split of an extent the tile does not divide makes it. Bindings grow
+    with the loop variables, as the schedule's splits and fuses make them."""
+    from tvm.ir import Range
+    from tvm.sym import Analyzer
+
+    predicate = realize.predicate
+    if isinstance(predicate, tirx.IntImm) and int(predicate):
+        return None
+    analyzer = Analyzer()
+    for loop in (*outer, *loops):
+        analyzer.bind(loop.loop_var, Range.from_min_extent(loop.min, loop.extent))
+    domains = [iv.dom.min + iv.dom.extent for iv in realize.block.iter_vars]
+    with analyzer.constraint_scope(tirx.all(*(v < end for v, end in zip(realize.iter_values, domains)))):
+        if not analyzer.can_prove(predicate):
+            return None
+    last = nest.substitute(realize.iter_values, {l.loop_var: l.min + l.extent - 1 for l in loops})
+    return [end < domain for end, domain in zip(last, domains)]
+
+
+def _specialized(stmt, condition, holds: bool, realizes=()):
+    """`stmt` where `condition` is known to hold (or not, `holds`): a branch on the same condition (the write-back's
+    whole-tile split) replaced by the side taken, and the blocks of `realizes` unpredicated."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt
+    from tvm_ffi import structural_equal
+
+    if isinstance(stmt, For):
+        return nest.loop_with(stmt, _specialized(stmt.body, condition, holds, realizes))
+    if isinstance(stmt, SeqStmt):
+        return SeqStmt([_specialized(s, condition, holds, realizes) for s in stmt.seq])
+    if isinstance(stmt, IfThenElse) and stmt.else_case is not None and structural_equal(stmt.condition, condition):
+        return _specialized(stmt.then_case if holds else stmt.else_case, condition, holds, realizes)
+    if isinstance(stmt, SBlockRealize) and any(stmt.same_as(r) for r in realizes):
+        return SBlockRealize(stmt.iter_values, tirx.const(True, "bool"), stmt.block)
+    return stmt
 
 
 def _real_rows_only(loop, body, name, rows):
