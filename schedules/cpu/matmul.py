@@ -389,8 +389,8 @@ def _whole_tiles_accumulate_unpredicated(loop, body, path, name):
     """The loop around one register tile (the accumulators' init, the K loop, the write-back) where the tile's init
     and update blocks are predicated, as where a static M is no multiple of the tile's rows: `if <the tile lies
     inside the iteration space>: <the tile, init and update unpredicated> else: <as it was>`. LLVM unswitches a
-    predicate in the K loop only while the tile's code is small: behind an erf write-back it stayed, spilling an
-    accumulator, and a 197-row GEMM ran 35% slower than a 198-row one. The write-back's own split is
+    predicate in the K loop only while the tile's code is small: behind an erf write-back it stayed there, with
+    a spilled accumulator (docs/decisions/partial-tiles.md). The write-back's own split is
     `_whole_tiles_unpredicated`'s, made before this one."""
     from tvm.tirx import IfThenElse
     from tvm_ffi import structural_equal
@@ -417,12 +417,9 @@ def _tile_blocks(body, name):
     a sequence whose first statement is the init's loop nest. None for any other body. A branch in the tile (the
     write-back's split into whole tiles and the rest) is left as it is."""
     from tvm.s_tir.stmt import SBlockRealize
-    from tvm.tirx import For, ForKind, IfThenElse, SeqStmt
+    from tvm.tirx import For, IfThenElse, SeqStmt
 
-    first = body.seq[0] if isinstance(body, SeqStmt) else None
-    while isinstance(first, For) and first.kind != ForKind.PARALLEL:
-        first = first.body
-    if not (isinstance(first, SBlockRealize) and first.block.name_hint == name + "_init"):
+    if _tile_init(body, name) is None:
         return None
     found = []
 
@@ -438,6 +435,22 @@ def _tile_blocks(body, name):
         return isinstance(stmt, IfThenElse)
 
     return found if walk(body, ()) else None
+
+
+def _tile_init(body, name):
+    """(the accumulators' init block, the loops down to it) where `body` is a register tile's: a sequence whose first
+    statement is the init's loop nest; None for any other body."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, ForKind, SeqStmt
+
+    first = body.seq[0] if isinstance(body, SeqStmt) else None
+    inner = []
+    while isinstance(first, For) and first.kind != ForKind.PARALLEL:
+        inner.append(first)
+        first = first.body
+    if not (isinstance(first, SBlockRealize) and first.block.name_hint == name + "_init"):
+        return None
+    return first, inner
 
 
 def _iteration_bounds(realize, loops, outer):
@@ -483,16 +496,12 @@ def _specialized(stmt, condition, holds: bool, realizes=()):
 def _real_rows_only(loop, body, name, rows):
     """The loop of one-row tiles (the one around the accumulators' init) with its body run only where the tile's
     row is below `rows`: the rows past it are a lowering's padding."""
-    from tvm.s_tir.stmt import SBlockRealize
-    from tvm.tirx import For, ForKind, IfThenElse, SeqStmt
+    from tvm.tirx import IfThenElse
 
-    first = body.seq[0] if isinstance(body, SeqStmt) else None
-    inner = []
-    while isinstance(first, For) and first.kind != ForKind.PARALLEL:
-        inner.append(first)
-        first = first.body
-    if not (isinstance(first, SBlockRealize) and first.block.name_hint == name + "_init"):
+    init = _tile_init(body, name)
+    if init is None:
         return nest.loop_with(loop, body)
+    first, inner = init
     (row,) = nest.substitute([first.iter_values[-2]], {l.loop_var: l.min for l in inner})
     return nest.loop_with(loop, IfThenElse(row < rows, body, None))
 
