@@ -190,6 +190,10 @@ class DirectConvTemplate(CpuTemplate):
             raise Declined("needs every extent but the batch static")
         self.conv_name = main.name
         self._read_shape(main, infos)
+        output = main.write_buffer()
+        # (rank, bytes) of each buffer the conv reads but its own output: the input (or its padded copy), weights
+        self.operands = [(len(r.source.shape), math.prod(int(d) for d in r.source.shape) * r.source.dtype.bits // 8)
+                         for r in main.block.reads if not r.source.same_as(output)]
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
@@ -305,9 +309,19 @@ class ChannelTileConv(DirectConvTemplate):
         co_block, oh_block, ow_block = channel_tile(
             self.spec, self.lanes, self.out_channels // self.lanes, self.out_h, self.out_w, self.reduce_volume,
             self.blocked_input, self.taps)[1]
-        # a channel tile's weights stay in cache across all its rows (docs/decisions/conv-register-tiles.md)
         return {"co_block": co_block, "oh_block": oh_block, "ow_block": ow_block, **self._default_passes(co_block),
-                "order": "co_outer"}
+                "order": self._default_order(co_block)}
+
+    def _default_order(self, co_block: int) -> str:
+        """co_outer keeps a channel tile's weights in cache across all its rows but reads the whole input once
+        per channel tile; oh_outer reads each row's input once for every channel tile, and all the weights once
+        per row. Where the input outgrows half a core's L2 and all the weights fit in half of it, oh_outer's
+        re-reads come from the L2 and co_outer's from further out (docs/decisions/conv-register-tiles.md)."""
+        l2 = self.spec.cache_bytes[1]
+        weights = sum(size for rank, size in self.operands if rank == self.weight_rank)
+        data = sum(size for rank, size in self.operands if rank != self.weight_rank)
+        tiles = self.out_channels // self.lanes // co_block
+        return "oh_outer" if tiles > 1 and l2 and data > l2 // 2 and weights <= l2 // 2 else "co_outer"
 
     def _default_passes(self, co_block: int) -> dict:  # noqa: ARG002 - only blocked data has passes
         """The knobs of input-channel passes (conv_blocked.py) in the default config."""
