@@ -164,6 +164,11 @@ PIXEL_BLOCK = Knob("pixel_block", int, 18, "pixel vectors per tile")
 VECTORIZE = Knob("vectorize", str, 23, "'channels' or 'columns': what a depthwise tile's vectors run over")
 
 
+def _bytes_per_batch(buffer) -> int:
+    """A buffer's bytes with a symbolic dim (a batch kept symbolic) counted once, as the tiles are sized."""
+    return math.prod(int(d) if hasattr(d, "value") else 1 for d in buffer.shape) * buffer.dtype.bits // 8
+
+
 class DirectConvTemplate(CpuTemplate):
     """The conv's shape, its padding stage, and the schedule around the register tile a subclass lays out
     (`_tile`), from the fused epilogue's write-back to the padding copy."""
@@ -192,8 +197,8 @@ class DirectConvTemplate(CpuTemplate):
         self._read_shape(main, infos)
         output = main.write_buffer()
         # (rank, bytes) of each buffer the conv reads but its own output: the input (or its padded copy), weights
-        self.operands = [(len(r.source.shape), math.prod(int(d) for d in r.source.shape) * r.source.dtype.bits // 8)
-                         for r in main.block.reads if not r.source.same_as(output)]
+        self.operands = [(len(r.source.shape), _bytes_per_batch(r.source)) for r in main.block.reads
+                         if not r.source.same_as(output)]
         ci, kh, kw = main.extents[-3:]
         self.reduce_volume, self.taps = ci * kh * kw, kh * kw
         producers = {sch.get(rv).name_hint for rv in sch.get_producers(main.rv)}
