@@ -374,9 +374,7 @@ def _whole_tiles_unpredicated(loop, body, path):
         return nest.loop_with(loop, body)
     if isinstance(inner.predicate, tirx.IntImm) and int(inner.predicate):
         return nest.loop_with(loop, body)
-    last = nest.substitute(inner.iter_values, {l.loop_var: l.min + l.extent - 1 for l in loops})
-    inside = [end < iv.dom.min + iv.dom.extent for iv, value, end in zip(inner.block.iter_vars, inner.iter_values, last)
-              if not end.same_as(value)]
+    inside = [end < domain for value, end, domain in _at_last_step(inner, loops) if not end.same_as(value)]
     whole = SBlockRealize(inner.iter_values, tirx.const(True, "bool"), inner.block)
     for tile_loop in reversed(loops):
         whole = For(tile_loop.loop_var, tile_loop.min, tile_loop.extent, tile_loop.kind, whole,
@@ -467,12 +465,19 @@ def _iteration_bounds(realize, loops, outer):
     analyzer = Analyzer()
     for loop in (*outer, *loops):
         analyzer.bind(loop.loop_var, Range.from_min_extent(loop.min, loop.extent))
-    domains = [iv.dom.min + iv.dom.extent for iv in realize.block.iter_vars]
-    with analyzer.constraint_scope(tirx.all(*(v < end for v, end in zip(realize.iter_values, domains)))):
+    steps = _at_last_step(realize, loops)
+    with analyzer.constraint_scope(tirx.all(*(value < domain for value, _, domain in steps))):
         if not analyzer.can_prove(predicate):
             return None
+    return [end < domain for _, end, domain in steps]
+
+
+def _at_last_step(realize, loops):
+    """(binding, its value at the last step of `loops`, its domain's end) for each of the block's iterators. The
+    bindings add the loop variables to the tile's origin, so at the last step each is at its largest."""
     last = nest.substitute(realize.iter_values, {l.loop_var: l.min + l.extent - 1 for l in loops})
-    return [end < domain for end, domain in zip(last, domains)]
+    return [(value, end, iv.dom.min + iv.dom.extent)
+            for iv, value, end in zip(realize.block.iter_vars, realize.iter_values, last)]
 
 
 def _specialized(stmt, condition, holds: bool, realizes=()):
