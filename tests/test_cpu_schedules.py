@@ -571,6 +571,26 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     assert default["co_block"] > 1, default
 
 
+def test_conv_tile_waits_on_weights_from_the_l2_by_bytes(backend):
+    """Weights beyond the L1 come from the L2 at about 32 bytes a cycle: one AVX2 vector, half an AVX-512 one. On
+    Zen 5 (64-byte vectors) light_bvlc_alexnet's 256-channel 26x26 5x5 conv took 1.21 ms with 4 channel vectors x
+    2 pixels (4 weight vectors per 8 FMAs) and 0.86 ms with 4 x 2 x 2; the model 8.64 -> 8.14 ms."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.conv import channel_tile, channel_tile_rate
+
+    avx512 = dataclasses.replace(backend.spec, vector_bytes=64, simd_width=16, vector_registers=32, load_ports=2,
+                                 fma_pipes=2, fma_latency=4, cache_bytes=(48 * 1024, 1024 * 1024, 32 << 20))
+    avx2 = dataclasses.replace(avx512, vector_bytes=32, simd_width=8)
+    in_l2 = 4 * 1200 * 16 * 4  # four channel vectors' weights over a 48-channel 5x5 reduction: past the L1
+    assert channel_tile_rate(avx512, 4, 2, in_l2) == pytest.approx(1.0)  # 4 weight vectors, 2 cycles each
+    assert channel_tile_rate(avx512, 4, 4, in_l2) == pytest.approx(2.0)
+    assert channel_tile_rate(avx2, 4, 2, in_l2) == pytest.approx(2.0)  # a 32-byte vector a cycle keeps up
+    assert channel_tile_rate(avx512, 4, 2, 32 * 1024) == pytest.approx(2.0)  # weights in the L1: the load ports
+    rate, (co_block, oh_block, ow_block) = channel_tile(avx512, 16, 16, 26, 26, 1200, False, 25)
+    assert rate == pytest.approx(2.0) and oh_block * ow_block >= 4, (co_block, oh_block, ow_block)
+
+
 def test_conv_reads_a_large_input_once_where_all_weights_fit_half_the_l2(backend):
     """A channel tile re-reads the whole input (co_outer), a row of tiles every weight (oh_outer). A 1x1 conv
     whose input outgrows half the L2 and whose weights fit in half of it runs rows outermost: on Zen 5
@@ -605,7 +625,8 @@ def test_conv_rows_are_padded_to_columns_the_tiles_divide(backend):
 
     from xcomp.schedules.cpu.conv import channel_tile, padded_width
 
-    spec = dataclasses.replace(backend.spec, simd_width=8, vector_registers=16, cache_bytes=(32768, 524288, None))
+    spec = dataclasses.replace(backend.spec, simd_width=8, vector_bytes=32, vector_registers=16,
+                               cache_bytes=(32768, 524288, None))
     assert padded_width(spec, 8, co_blocks=16, rows=13, width=13, reduce_volume=128 * 9, blocked_input=True) == 14
     assert channel_tile(spec, 8, 16, 13, 14, 128 * 9, True)[1] == (4, 1, 2)
     assert padded_width(spec, 8, co_blocks=16, rows=27, width=27, reduce_volume=128 * 9, blocked_input=True) == 28
@@ -625,7 +646,8 @@ def test_conv_weights_beyond_a_quarter_of_l2_run_in_input_channel_passes(backend
 
     from xcomp.schedules.cpu.conv import channel_tile, ci_chunk
 
-    spec = dataclasses.replace(backend.spec, simd_width=8, vector_registers=16, cache_bytes=(32768, 524288, None))
+    spec = dataclasses.replace(backend.spec, simd_width=8, vector_bytes=32, vector_registers=16,
+                               cache_bytes=(32768, 524288, None))
     assert ci_chunk(spec, 8, co_block=1, ci_blocks=64, taps=9) == 4  # 4 x 2304 B <= 16 KB < 8 x 2304 B
     assert ci_chunk(spec, 8, co_block=2, ci_blocks=64, taps=9) == 2
     assert ci_chunk(spec, 8, co_block=1, ci_blocks=32, taps=9) == 0

@@ -101,13 +101,19 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     return rate(best), best
 
 
+# Bytes per cycle a core's L2 sustains into its L1 under a conv's weight stream: one 256-bit vector, half a
+# 512-bit one (docs/decisions/conv-register-tiles.md, "Weights from the L2").
+L2_BYTES_PER_CYCLE = 32
+
+
 def channel_tile_rate(spec, co_block: int, pixels: int, weight_bytes: int) -> float:
     """tile_fma_rate of a channel-vector tile whose weights (over the whole reduction) take `weight_bytes`.
-    Weights beyond the L1 stream from L2, which feeds about one vector per cycle, not spec.load_ports: a tile of many
+    Weights beyond the L1 stream from L2 at L2_BYTES_PER_CYCLE, not at spec.load_ports vectors: a tile of many
     channel vectors and few pixels waits on them (docs/decisions/conv-register-tiles.md)."""
     loads = co_block + pixels
     if weight_bytes > spec.cache_bytes[0]:
-        loads = max(loads, spec.load_ports * co_block)
+        cycles = co_block * max(1, spec.vector_bytes // L2_BYTES_PER_CYCLE)
+        loads = max(loads, spec.load_ports * cycles)
     return tile_fma_rate(spec, co_block * pixels, loads)
 
 
