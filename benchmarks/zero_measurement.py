@@ -2,7 +2,7 @@
 configs recover on a model none of whose groups it was trained on.
 
 Usage: python benchmarks/zero_measurement.py -m onnx:light_squeezenet -m onnx:light_resnet50 ... \
-           [--records benchmarks/records] [--holdout onnx:light_resnet50 ...] [--repeat 40] [--json]
+           [--records benchmarks/records] [--holdout onnx:light_resnet50 ...] [--repeat 40] [--ungated] [--json]
 
 For each held-out model (default: every -m with records from this machine), a cost model and its confidence
 table are trained as `python -m xcomp.autotune.pretrain` trains the shipped ones, on the records of every
@@ -13,6 +13,8 @@ timed whole, in alternating blocks on the same inputs (xcomp.report.bench.altern
   predicted  that cost model's pick where its confidence table trusts the template here, else the default
   tuned      this machine's tuning records of the held-out model (compile --db; --no-costmodel, so groups the
              tuner left alone stay at default)
+  ungated    (--ungated) the same cost model's pick for every group of a template its table judged, trusted or
+             not: what the confidence gate keeps out, measured
 recovered = (default - predicted) / (default - tuned), from the medians (0 where no group was predicted: the
 predicted build is then the default's, and its timed difference shows the noise; none where tuning gained
 nothing). The records of this machine's model
@@ -38,8 +40,25 @@ def _name(model: str) -> str:
     return os.path.splitext(os.path.basename(model.split(":", 1)[-1]))[0]
 
 
-def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress):
-    """The three compiles of `model` and their medians; rows: pretrain.collect over every model."""
+def _ungated(folder, table) -> str:
+    """A copy of the cost model whose confidence table trusts every template it judged on every hardware class:
+    the predictions without the gate (the model file is the same, so the table's hash still matches)."""
+    import shutil
+
+    from xcomp.costmodel.predict import confidence_path
+
+    path = os.path.join(folder, "ungated.json")
+    shutil.copyfile(os.path.join(folder, "model.json"), path)
+    opened = {**table, "hardware": {hw: {**entry, "templates": {t: {**row, "confident": True}
+                                                                for t, row in entry["templates"].items()}}
+                                    for hw, entry in table["hardware"].items()}}
+    with open(confidence_path(path), "w") as f:
+        json.dump(opened, f)
+    return path
+
+
+def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress, ungated=False):
+    """The compiles of `model` and their medians; rows: pretrain.collect over every model."""
     import xcomp
     from xcomp.autotune import pretrain
     from xcomp.autotune.db import TuningDB
@@ -55,16 +74,18 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     with TuningDB(db) as tuned_db:
         tuned_db.import_jsonl(os.path.join(records_dir, _name(model) + ".jsonl"))
 
+    builds = [("default", {"costmodel": False}), ("predicted", {"costmodel": os.path.join(folder, "model.json")}),
+              ("tuned", {"costmodel": False, "tune_db": db})]
+    if ungated:
+        builds.append(("ungated", {"costmodel": _ungated(folder, table)}))
     modules, compile_s = {}, {}
-    for name, kwargs in (("default", {"costmodel": False}), ("predicted", {"costmodel": os.path.join(folder,
-                                                                                                    "model.json")}),
-                         ("tuned", {"costmodel": False, "tune_db": db})):
+    for name, kwargs in builds:
         start = time.perf_counter()
         modules[name] = xcomp.compile(path, **kwargs)
         compile_s[name] = time.perf_counter() - start
     inputs = modules["default"].random_inputs(seed)
     reference = modules["default"].run(inputs)
-    for name in ("predicted", "tuned"):
+    for name in list(modules)[1:]:
         for (out, got), want in zip(modules[name].run(inputs).items(), reference.values()):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{model} {name}: output {out}")
     steady, _ = alternating_blocks({name: (lambda m=m: m.run(inputs)) for name, m in modules.items()}, repeat,
@@ -76,6 +97,11 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     # with no group predicted the two builds are one program: recovered is 0, their difference the noise
     recovered = None if gain <= 0 else 0.0 if "costmodel" not in sources else (ms["default"] - ms["predicted"]) / gain
     trusted = sorted(t for hw in table["hardware"].values() for t, v in hw["templates"].items() if v["confident"])
+    extra = {}
+    if ungated:
+        predicted = [c["source"] for c in modules["ungated"].info["schedules"].values()].count("costmodel")
+        extra = {"ungated_groups": predicted, "ungated_recovered": None if gain <= 0 else 0.0 if not predicted
+                 else (ms["default"] - ms["ungated"]) / gain}
     return {
         "model": _name(model),
         "ms": ms,
@@ -87,6 +113,7 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
         "compile_s": compile_s,
         "predict_s": modules["predicted"].info["compile_times"].get("predict_s", 0.0),
         "training_records": int((~rows.of_model(path)).sum()),
+        **extra,
     }
 
 
@@ -103,6 +130,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=40, help="timed calls per build")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ungated", action="store_true", help="also time a build with the cost model's pick for "
+                        "every judged template, trusted or not (what the confidence gate keeps out)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args()
 
@@ -120,7 +149,7 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         for model in holdouts:
             result = held_out(model, rows, models, mine, scratch, args.repeat, args.warmup, args.seed,
-                              progress=not args.json)
+                              progress=not args.json, ungated=args.ungated)
             results.append(result)
             ms, rec = result["ms"], result["recovered"]
             print(f"{result['model']:22s} default {ms['default']:8.2f}  predicted {ms['predicted']:8.2f}  tuned "
@@ -130,6 +159,10 @@ def main():
             if not result["predicted_groups"]:
                 print(f"{'':22s} no group predicted: the predicted build is the default's, their difference is "
                       "noise", file=log)
+            if args.ungated:
+                rec = result["ungated_recovered"]
+                print(f"{'':22s} ungated  {ms['ungated']:8.2f} ms  recovered {'n/a' if rec is None else f'{rec:6.0%}'}"
+                      f"  ({result['ungated_groups']}/{result['unique_groups']} groups predicted)", file=log)
     out = {"host": backend.spec.name, "fingerprint": backend.spec.fingerprint(), "repeat": args.repeat,
            "models": [_name(m) for m in args.model], "results": results}
     if args.json:
