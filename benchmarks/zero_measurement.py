@@ -93,22 +93,23 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     ms = {name: float(np.median(times)) for name, times in steady.items()}
     quartiles = {name: [float(q) for q in np.percentile(times, [25, 75])] for name, times in steady.items()}
     gain = ms["default"] - ms["tuned"]
-    sources = [c["source"] for c in modules["predicted"].info["schedules"].values()]
-    # with no group predicted the two builds are one program: recovered is 0, their difference the noise
-    recovered = None if gain <= 0 else 0.0 if "costmodel" not in sources else (ms["default"] - ms["predicted"]) / gain
+
+    def predicted(name):
+        """(groups the build `name` gives the cost model's pick, its share of the tuning gain)"""
+        groups = [c["source"] for c in modules[name].info["schedules"].values()].count("costmodel")
+        # with no group predicted the build is the default's program: recovered is 0, their difference the noise
+        return groups, None if gain <= 0 else 0.0 if not groups else (ms["default"] - ms[name]) / gain
+
+    predicted_groups, recovered = predicted("predicted")
     trusted = sorted(t for hw in table["hardware"].values() for t, v in hw["templates"].items() if v["confident"])
-    extra = {}
-    if ungated:
-        predicted = [c["source"] for c in modules["ungated"].info["schedules"].values()].count("costmodel")
-        extra = {"ungated_groups": predicted, "ungated_recovered": None if gain <= 0 else 0.0 if not predicted
-                 else (ms["default"] - ms["ungated"]) / gain}
+    extra = dict(zip(("ungated_groups", "ungated_recovered"), predicted("ungated"))) if ungated else {}
     return {
         "model": _name(model),
         "ms": ms,
         "quartiles_ms": quartiles,
         "recovered": recovered,
-        "predicted_groups": sources.count("costmodel"),
-        "unique_groups": len(sources),
+        "predicted_groups": predicted_groups,
+        "unique_groups": len(modules["predicted"].info["schedules"]),
         "trusted_templates": trusted,
         "compile_s": compile_s,
         "predict_s": modules["predicted"].info["compile_times"].get("predict_s", 0.0),
