@@ -355,6 +355,33 @@ def test_packed_matmul_any_vector_block(halve_lanes, backend):
     check_configs(func, template, backend)
 
 
+def _local_buffer_shapes(func) -> list:
+    """Shapes of the local buffers a scheduled func's root block allocates (the register tiles)."""
+    return [[int(d) for d in b.shape] for b in func.body.block.alloc_buffers if b.scope() == "local"]
+
+
+def test_batch_rows_share_the_tiles_of_a_weight_they_share(backend):
+    """A Linear over a batch of 2 x 9 rows with one packed weight tiles the 18 rows as one M. Tiles of 12 and 16
+    rows span both entries and compute the same numbers, and the tile's accumulator is indexed by the flat row.
+    A B of its own per entry (attention's) keeps the entries apart."""
+    from tvm import s_tir
+
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    lanes = backend.spec.simd_width
+    func = _te_matmul(2, 9, 2 * lanes, 24, transposed_b=False, lanes=lanes)
+    template = MatmulTemplate(func, backend.schedule_context())
+    assert template.m == 18 and {12, 16} <= set(template.knob_space()["mr"])
+    spanning = [{**template.default_knobs(), "mr": mr, "nr": 1} for mr in (12, 16)]
+    check_configs(func, template, backend, extra=spanning)
+    sch = s_tir.Schedule(func)
+    template.apply(sch, spanning[0])
+    assert _local_buffer_shapes(sch.mod["main"]) == [[18, 2 * lanes]]
+    per_entry = MatmulTemplate(_te_matmul(2, 9, 2 * lanes, 24, transposed_b=True, lanes=0),
+                               backend.schedule_context())
+    assert per_entry.m == 9
+
+
 def test_fused_transpose_reads_as_nt(backend):
     from xcomp.schedules.cpu.matmul import MatmulTemplate
 

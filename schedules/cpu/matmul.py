@@ -10,6 +10,7 @@ stay in registers. B comes in one of three layouts:
   step's one query row): there the copy costs more than the product, and dot products along B's rows, each in
   vector lane partials (the generic schedule), take a quarter of the time. A symbolic M gets both schedules,
   chosen at run time by its rows.
+Batch entries that share B (a Linear over a map of pixels) tile their rows as one M.
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
 A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
@@ -104,6 +105,15 @@ class MatmulTemplate(CpuTemplate):
         # full vectors, as a symbolic one is: a narrower vector that divides it ran at half the speed
         self.columns_padded_here = self.layout != "packed" and (
             self.n is None or self.n % self.spec.simd_width != 0 and bool(self._padded_nr(self.spec.simd_width)))
+        batch = main.extents[:-3]
+        # rows of every batch entry taken as one M where B is shared by them (a Linear over NHWC pixels: 7 x 7
+        # rows of 768): tiles then span entries, and each panel of B is read once per row tile, not per entry
+        self.flat_batch = (None not in main.extents and math.prod(batch) > 1
+                           and not self.columns_padded_here  # pad_einsum needs plain indices
+                           and not any(_uses_all(b_load, v) for v in ivars[:-3])
+                           and [int(iv.dom.extent) for iv in out][:len(batch) + 2] == list(main.extents[:-1]))
+        if self.flat_batch:
+            self.m *= math.prod(batch)
         if self.layout == "packed":
             self.lanes = int(b_load.source.shape[-1])
         elif self.columns_padded_here:  # padded to whole tiles of full vectors in apply()
@@ -256,6 +266,8 @@ class MatmulTemplate(CpuTemplate):
         if self.layout == "nt" or (self.layout == "nn" and knobs["pack_b"]):
             self._pack_b(sch, mm)
         epilogue = tile_epilogue(sch, mm)
+        if self.flat_batch:
+            self._flatten_rows(sch, mm, epilogue)
         mr, nr, lanes = knobs["mr"], knobs["nr"], self.lanes
         *batch, i, j, k = sch.get_loops(mm)
         io, ir = sch.split(i, [None, mr])
@@ -332,6 +344,29 @@ class MatmulTemplate(CpuTemplate):
         for info in reversed(root_blocks(sch, symbolic=True)):  # consumers first, as compute_at needs
             if info.name not in done:
                 sch.compute_at(info.rv, fused)
+
+    @staticmethod
+    def _flatten_rows(sch, mm, epilogue):
+        """The batch axes and M of the tile's accumulator, of `mm` and of its write-back fused into one row axis.
+        The accumulator is a local buffer, so its layout is ours to choose. With it 2-D, the rows a tile writes
+        are one range of the write-back's rows, so the write-back computed at the tile covers just those."""
+        iter_vars = sch.get(mm).iter_vars
+        extents = [int(iv.dom.extent) for iv in iter_vars[:-2]]  # batch..., M
+        dtype = str(iter_vars[0].var.ty)
+
+        def fused(*axes):  # (batch..., m, n[, k]) -> (row, n[, k])
+            row = axes[0]
+            for axis, extent in zip(axes[1:len(extents)], extents[1:]):
+                row = row * extent + axis
+            return [row, *axes[len(extents):]]
+
+        def index_map(ndim):
+            return tirx.IndexMap.from_func(fused, ndim=ndim, index_dtype=dtype)
+
+        spatial = len(extents) + 1
+        sch.transform_layout(mm, ("write", 0), index_map(spatial))
+        sch.transform_block_layout(mm, index_map(spatial + 1))
+        sch.transform_block_layout(epilogue, index_map(spatial))
 
     @staticmethod
     def _pad_to_tiles(sch, mm, rows, columns):
