@@ -164,6 +164,35 @@ def test_lower_rank_constants_do_not_break_the_blocked_chain():
     assert transforms == 2, [(g.name, g.signature) for g in module.groups]
 
 
+def test_layout_transforms_fuse_with_the_transposes_beside_them():
+    """ConvNeXt's block: a blocked conv, a transpose to NHWC, a Linear over the pixels, a transpose back and a
+    per-channel scale before the next conv. Each layout transform joins the transpose next to it in one group
+    (TVM's scatter form of a layout transform would stay a group of its own), and the Linear tiles its 4 x 4
+    pixels as one M."""
+    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["a"], ["nhwc"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["nhwc", "Wl"], ["l"]),
+             helper.make_node("Add", ["l", "bl"], ["lb"]),
+             helper.make_node("Transpose", ["lb"], ["nchw"], perm=[0, 3, 1, 2]),
+             helper.make_node("Mul", ["nchw", "k"], ["m"]),
+             helper.make_node("Conv", ["m", "Wb"], ["y"], kernel_shape=[1, 1])]
+    inits = [_const("Wa", (16, 16, 3, 3), 1), _const("Wl", (16, 32), 2), _const("bl", (32,), 3),
+             _const("k", (32, 1, 1), 4, 0.5, 1.5), _const("Wb", (16, 32, 1, 1), 5)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 4, 4])], inits, opset=13)
+    module = xcomp.compile(model, progress=False, costmodel=False)
+    x = {"x": np.random.default_rng(3).uniform(-1, 1, (1, 16, 4, 4)).astype(np.float32)}
+    assert_matches_ort(module, model, x)
+    names = [g.name for g in module.groups]
+    between = [n for n in names if "layout_transform" in n and "transpose" in n]
+    assert len(between) == 2, names
+    assert [g.signature.split(", ")[0] for g in module.groups if g.kind == "matmul"] == ["1x4x4x16xf32"], names
+    linear = next(g for g in module.groups if g.kind == "matmul")
+    assert module.info["schedules"][linear.key]["source"] == "default"  # the template's schedule, no fallback
+    template = xcomp.schedules.get_template(linear.func, module.backend.schedule_context())
+    assert template.m == 16
+
+
 @pytest.mark.parametrize("channels", [20, 72])
 def test_output_channels_are_padded_to_whole_vectors(channels):
     """A conv with 20 output channels (a classifier's 1000, in small) runs blocked on zero-padded weights, and

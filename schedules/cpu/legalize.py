@@ -1,7 +1,8 @@
 """Our lowering of conv2d and matmul with constant weights: the weight is re-laid out once, at compile time, so
 the innermost `lanes` output channels / columns are contiguous and a template can keep a vector of them per FMA.
 
-Data stays NCHW / row-major and outputs keep their shapes, so nothing changes at graph level. Anything we do not
+Data stays NCHW / row-major and outputs keep their shapes, so nothing changes at graph level. Layout transforms
+without padding are lowered as gathers, which fuse with the ops beside them. Anything we do not
 handle (non-constant or non-fp32 weights, other layouts, depthwise convs with a channel multiplier) goes to TVM's
 own legalization.
 """
@@ -360,8 +361,34 @@ def _matmul(lanes):
     return legalize
 
 
+def gathered_layout(data, index_map):
+    """`data` moved to the layout `index_map` gives it, computed over the output (each element read from its
+    place in `data`), so the op is injective and fuses with its neighbours."""
+    from tvm import te
+
+    inverse = index_map.inverse(list(data.shape))
+    return te.compute(index_map.map_shape(list(data.shape)), lambda *idx: data[tuple(inverse.map_indices(idx))],
+                      name="layout_transform")
+
+
+def _layout_transform(bb, call):
+    """TVM writes a layout transform as a scatter over its input, which FuseOps takes for opaque: the blocked
+    layout's transforms then ran as groups of their own beside the transposes and scalings next to them
+    (convnext's to and from NHWC; docs/decisions/blocked-layout.md). Without padding the map is a bijection, so the
+    gather is exact."""
+    import tvm
+
+    index_map = call.attrs.index_map
+    _, padding = index_map.non_surjective_inverse(call.args[0].ty.shape)
+    if not (isinstance(padding, tvm.tirx.IntImm) and not padding.value):  # the predicate of padded elements
+        return tvm_legalization("relax.layout_transform")(bb, call)
+    gather = functools.partial(gathered_layout, index_map=index_map)  # emit_te passes TVM values only
+    return bb.call_te(gather, call.args[0], primfunc_name_hint="layout_transform")
+
+
 def legalize_map(spec) -> dict:
     """customize_legalize_map for relax.transform.LegalizeOps: these, and vector_math's exp-family ops."""
 
     lanes = spec.simd_width
-    return {**vector_math_map(), "relax.nn.conv2d": _conv2d(spec), "relax.matmul": _matmul(lanes)}
+    return {**vector_math_map(), "relax.nn.conv2d": _conv2d(spec), "relax.matmul": _matmul(lanes),
+            "relax.layout_transform": _layout_transform}
