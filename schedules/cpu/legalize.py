@@ -2,9 +2,9 @@
 the innermost `lanes` output channels / columns are contiguous and a template can keep a vector of them per FMA.
 
 Data stays NCHW / row-major and outputs keep their shapes, so nothing changes at graph level. Layout transforms
-without padding are lowered as gathers, which fuse with the ops beside them. Anything we do not
-handle (non-constant or non-fp32 weights, other layouts, depthwise convs with a channel multiplier) goes to TVM's
-own legalization.
+without padding are lowered as gathers, which fuse with the ops beside them. Anything we do not handle
+(non-constant or non-fp32 weights, other layouts, depthwise convs with a channel multiplier) goes to TVM's own
+legalization.
 """
 
 from __future__ import annotations
