@@ -75,7 +75,8 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     tile re-reads the whole input, so wider tiles save input traffic, which in a model (inputs not already in
     cache) costs more than L1 misses on weights.
     On blocked data the tile may fill the register file; convs reading NCHW (stems, grouped convs) ran slower
-    with such tiles and keep half of it.
+    with such tiles and keep half of it, and so do 1x1 convs (one tap), whose 28-accumulator tiles lost to half
+    as many in mobilenet_v2 and efficientnet_b0.
     On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
     14 FMAs), so tiles are ranked by the FMA rate the core can sustain first (to a tenth: the model is rough),
     then single rows (contiguous input reads), then most FMAs, then fewest loads per FMA. A default leaves one
@@ -91,7 +92,7 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     co_choices = [cb for cb in divisors(co_blocks, 8) if cb == 1 or pass_bytes(cb) <= l2 // 2]
     budget = accumulator_budget(spec)[0]
     tiles = [(cb, oh, ow) for cb in co_choices for oh in divisors(rows, 4) for ow in divisors(width, 16)
-             if registers_fit(spec, cb, oh * ow, spare=1) and (blocked_input or cb * oh * ow <= budget)]
+             if registers_fit(spec, cb, oh * ow, spare=1) and (blocked_input and taps != 1 or cb * oh * ow <= budget)]
 
     def rate(tile):
         return channel_tile_rate(spec, tile[0], tile[1] * tile[2], pass_bytes(tile[0]))
