@@ -598,6 +598,14 @@ def test_conv_default_tile_sustains_the_highest_fma_rate(backend, direct_convs):
     assert default["co_block"] > 1, default
 
 
+def _zen5_like(spec):
+    """`spec` as a Zen 5 core: 64-byte vectors, 32 registers, two load ports and FMA pipes, 48 KiB L1, 1 MiB L2."""
+    import dataclasses
+
+    return dataclasses.replace(spec, vector_bytes=64, simd_width=16, vector_registers=32, load_ports=2, fma_pipes=2,
+                               fma_latency=4, cache_bytes=(48 * 1024, 1024 * 1024, 32 << 20))
+
+
 def test_conv_tile_waits_on_weights_from_the_l2_by_bytes(backend):
     """Weights beyond the L1 come from the L2 at about 32 bytes a cycle: one AVX2 vector, half an AVX-512 one. On
     Zen 5 (64-byte vectors) light_bvlc_alexnet's 256-channel 26x26 5x5 conv took 1.21 ms with 4 channel vectors x
@@ -606,8 +614,7 @@ def test_conv_tile_waits_on_weights_from_the_l2_by_bytes(backend):
 
     from xcomp.schedules.cpu.conv import channel_tile, channel_tile_rate
 
-    avx512 = dataclasses.replace(backend.spec, vector_bytes=64, simd_width=16, vector_registers=32, load_ports=2,
-                                 fma_pipes=2, fma_latency=4, cache_bytes=(48 * 1024, 1024 * 1024, 32 << 20))
+    avx512 = _zen5_like(backend.spec)
     avx2 = dataclasses.replace(avx512, vector_bytes=32, simd_width=8)
     in_l2 = 4 * 1200 * 16 * 4  # four channel vectors' weights over a 48-channel 5x5 reduction: past the L1
     assert channel_tile_rate(avx512, 4, 2, in_l2) == pytest.approx(1.0)  # 4 weight vectors, 2 cycles each
@@ -622,12 +629,9 @@ def test_one_by_one_conv_tiles_keep_half_the_registers(backend):
     """A 1x1 conv on blocked data keeps its tile's accumulators to half the vector registers, as convs on NCHW
     data do; a 3x3 one may fill them. On Zen 5 mobilenet_v2's 576 -> 96-channel 1x1 conv took 0.104 ms with
     2 x 14 (28 accumulators) and 0.048 with 2 x 7; the model ran 2.58 -> 2.31 ms, efficientnet_b0 3.49 -> 3.38."""
-    import dataclasses
-
     from xcomp.schedules.cpu.conv import channel_tile
 
-    spec = dataclasses.replace(backend.spec, vector_bytes=64, simd_width=16, vector_registers=32, load_ports=2,
-                               fma_pipes=2, fma_latency=4, cache_bytes=(48 * 1024, 1024 * 1024, 32 << 20))
+    spec = _zen5_like(backend.spec)
 
     def accumulators(taps):
         co_block, oh_block, ow_block = channel_tile(spec, 16, 6, 14, 14, 576 * taps, True, taps)[1]

@@ -75,8 +75,8 @@ def channel_tile(spec, lanes: int, co_blocks: int, rows: int, width: int, reduce
     tile re-reads the whole input, so wider tiles save input traffic, which in a model (inputs not already in
     cache) costs more than L1 misses on weights.
     On blocked data the tile may fill the register file; convs reading NCHW (stems, grouped convs) ran slower
-    with such tiles and keep half of it, and so do 1x1 convs (one tap), whose 28-accumulator tiles lost to half
-    as many in mobilenet_v2 and efficientnet_b0.
+    with such tiles and keep half of it, and so do 1x1 convs (one tap), whose full tiles lost to half-size ones
+    (docs/decisions/conv-register-tiles.md).
     On 16 registers the tile with most FMAs is load-bound (1 x 14: a weight vector and 14 input broadcasts per
     14 FMAs), so tiles are ranked by the FMA rate the core can sustain first (to a tenth: the model is rough),
     then single rows (contiguous input reads), then most FMAs, then fewest loads per FMA. A default leaves one
