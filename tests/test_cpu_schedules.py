@@ -754,6 +754,36 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     assert (counts[tile_lines:] == 1).all(), np.unique(counts[tile_lines:], return_counts=True)
 
 
+def test_matmul_prefetches_each_line_of_the_next_weight_panel_once(backend):
+    """A Linear of few rows walking column panels of its packed weight prefetches, during each panel's later row
+    tiles, every cache line of the panel after it, each once, nothing of the first; it matches onnxruntime with
+    and without. Rows outermost, a K of no whole prefetch step, or HBM bandwidth: no prefetch."""
+    import dataclasses
+
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    lanes = backend.spec.simd_width
+    model = dense_model((32, 64), 8 * lanes)
+    module = _compile_and_check(model, _inputs(x=(32, 64)))
+    (group,) = _groups(module, "matmul")
+    spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+    template = MatmulTemplate(group.func, _context(spec))
+    knobs = {**template.default_knobs(), "mr": 4, "nr": 2, "order": "n_outer"}
+    assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
+    assert not _prefetches(template, {**knobs, "order": "m_outer"})
+    assert not _prefetches(MatmulTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))),
+                           knobs)
+    check_configs(group.func, template, backend, samples=4, enumerated=2, extra=[knobs])
+
+    counts = _prefetches_per_line(group.func, template, knobs, backend)
+    panel_lines = len(counts) // 4  # 8 vectors of columns in panels of 2
+    assert counts[:panel_lines].sum() == 0
+    assert (counts[panel_lines:] == 1).all(), np.unique(counts[panel_lines:], return_counts=True)
+
+    (group,) = _groups(xcomp.compile(dense_model((32, 40), 8 * lanes)), "matmul")
+    assert not _prefetches(MatmulTemplate(group.func, _context(spec)), knobs)
+
+
 def _prefetches(template, knobs) -> bool:
     """Does the finished schedule prefetch? (Its marks are gone either way.)"""
     script = template.schedule(knobs).script()

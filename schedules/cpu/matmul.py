@@ -11,6 +11,8 @@ stay in registers. B comes in one of three layouts:
   vector lane partials (the generic schedule), take a quarter of the time. A symbolic M gets both schedules,
   chosen at run time by its rows.
 Batch entries that share B (a Linear over a map of pixels) tile their rows as one M.
+A constant B walked by panels (few rows of A per weight, as a transformer's Linear over 128 tokens) prefetches
+each next panel into the L2 while the current one's later row tiles run (prefetch.py).
 M = 1 (a GEMV, memory-bound) is the same schedule with mr = 1: every tile streams its own panels of the weight,
 the tiles run in parallel and nr independent accumulators hide the FMA latency.
 A symbolic M (a batch kept symbolic) has its rows padded to a multiple of a few rows by our lowering
@@ -29,9 +31,9 @@ from tvm import tirx
 
 from ..analysis import main_reduction, mac_operands, root_blocks
 from ..template import Declined, Knob
-from . import nest
-from .common import (CpuTemplate, inline_injective, parallelize, schedule_spatial, tile_epilogue,
-                     vector_registers)
+from . import nest, prefetch
+from .common import (CpuTemplate, fuse_parallel, inline_injective, loop_extent, parallelize, schedule_spatial,
+                     tile_epilogue, vector_registers)
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 # the largest tile a symbolic M (rows) or N (vectors) is padded to here: more wastes work on short sequences
@@ -43,6 +45,9 @@ WHOLE_TILES = "xcomp.whole_tiles"
 # below this many rows of A an "nt" B is read in place (module docstring); 12 heads x 193 cache rows of 64, two
 # threads: 1-3 rows 24-45 us in place against 80 packed, 4 rows 79 against 84, 8 rows 180 against 116
 FEW_ROWS = 4
+# K steps per prefetch step (prefetch.py): the prefetches sit in a loop around this many steps, never among the
+# FMAs of one step
+PREFETCH_K_STEPS = 16
 
 
 def _uses_all(load, *variables) -> bool:
@@ -273,12 +278,15 @@ class MatmulTemplate(CpuTemplate):
         io, ir = sch.split(i, [None, mr])
         jo, jr, jv = sch.split(j, [None, nr, lanes])
         outer = [*batch, jo, io] if knobs["order"] == "n_outer" else [*batch, io, jo]
+        prefetches = self._prefetches(knobs)
         inner = [k]
+        if prefetches:
+            inner = sch.split(k, [None, PREFETCH_K_STEPS])
         if knobs["unroll_k"] > 1:
-            inner = sch.split(k, [None, knobs["unroll_k"]])
+            inner = [*inner[:-1], *sch.split(inner[-1], [None, knobs["unroll_k"]])]
         sch.reorder(*outer, *inner, ir, jr, jv)
         if knobs["unroll_k"] > 1:
-            sch.unroll(inner[1])
+            sch.unroll(inner[-1])
         sch.unroll(ir)
         sch.unroll(jr)
         if lanes > 1:
@@ -288,11 +296,24 @@ class MatmulTemplate(CpuTemplate):
         if self._copies_per_batch(sch, done, batch):
             self._copy_per_batch(sch, done, batch)
         else:
-            self._copy_apart(sch, done, outer)
+            self._copy_apart(sch, done, outer, inner[0] if prefetches else None)
         sch.decompose_reduction(mm, inner[0])
 
+    def _prefetches(self, knobs) -> bool:
+        """Does a config prefetch its next column panel of B (prefetch.py)? Where B is a packed constant (a weight),
+        the tiles walk panels (n_outer) of several row tiles each, and few rows use each weight (prefetch.pays):
+        inside a model the weights come from memory, and a panel's first row tile waits on their stream while the
+        others read them from cache. Not a knob, for the reason the conv's is not
+        (docs/decisions/software-prefetch.md)."""
+        return (self.layout == "packed" and self.m is not None and self.k is not None
+                and self.k % PREFETCH_K_STEPS == 0 and knobs["order"] == "n_outer"
+                and self.m // knobs["mr"] >= 2 and prefetch.pays(self.spec, self.m))
+
     def finish(self, func):
-        # ahead of the guard's copies (guard.insert), which nest.rebuild does not walk into
+        # the prefetches first: the whole-tile splits below copy the tile into both sides of a branch, and
+        # nest.rebuild walks into neither; then the splits, ahead of the guard's copies (guard.insert), which it
+        # does not walk into either
+        func = prefetch.insert(func)
         body = nest.rebuild(func.body, _whole_tiles_unpredicated)
         body = nest.rebuild(body, lambda loop, body, path: _whole_tiles_accumulate_unpredicated(
             loop, body, path, self.name))
@@ -316,12 +337,22 @@ class MatmulTemplate(CpuTemplate):
         elif tile:
             sch.unroll(tile[-1])
 
-    def _copy_apart(self, sch, done, outer):
+    def _copy_apart(self, sch, done, outer, prefetch_step=None):
         """The tiles in parallel; the operand copies (and a constant fill a dropout left behind) each a nest of its
-        own, in the generic spatial schedule."""
-        # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
-        # row, the smallest, then pays a thread wake-up of a few microseconds)
-        parallelize(sch, outer, self.spec.cores, symbolic=self.spec.cores)
+        own, in the generic spatial schedule. With `prefetch_step` (a K loop around the tile's FMAs), each step of
+        a panel's later row tiles prefetches its share of the next panel."""
+        if prefetch_step is not None:
+            *_, panels, rows = outer
+            tiles, row_tiles = loop_extent(sch, panels), loop_extent(sch, rows)
+            weight = sch.get(sch.get_sblock(self.name)).reads[self.b_index].source
+            fused = fuse_parallel(sch, outer, self.spec.cores)
+            # [N/V, K, V]: a panel of nr vectors of columns is one contiguous run
+            prefetch.mark(sch, fused, prefetch_step, weight.name, tiles, row_tiles,
+                          math.prod(int(d) for d in weight.shape) // tiles)
+        else:
+            # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
+            # row, the smallest, then pays a thread wake-up of a few microseconds)
+            parallelize(sch, outer, self.spec.cores, symbolic=self.spec.cores)
         for info in root_blocks(sch, symbolic=True):
             if info.name not in done and not info.is_reduction:
                 schedule_spatial(sch, info.rv, self.spec.simd_width, self.spec.cores)
@@ -448,9 +479,9 @@ def _whole_tiles_accumulate_unpredicated(loop, body, path, name):
 def _tile_blocks(body, name):
     """[(realize, the loops between `body` and it)] of the matmul's init and update blocks, where `body` is a tile's:
     a sequence whose first statement is the init's loop nest. None for any other body. A branch in the tile (the
-    write-back's split into whole tiles and the rest) is left as it is."""
+    write-back's split into whole tiles and the rest, a step's prefetches) is left as it is."""
     from tvm.s_tir.stmt import SBlockRealize
-    from tvm.tirx import For, IfThenElse, SeqStmt
+    from tvm.tirx import DeclBuffer, For, IfThenElse, SeqStmt
 
     if _tile_init(body, name) is None:
         return None
@@ -465,7 +496,7 @@ def _tile_blocks(body, name):
             if stmt.block.name_hint in (name + "_init", name + "_update"):
                 found.append((stmt, loops))
             return True
-        return isinstance(stmt, IfThenElse)
+        return isinstance(stmt, (IfThenElse, DeclBuffer))  # DeclBuffer: the view a step's prefetches read
 
     return found if walk(body, ()) else None
 

@@ -1,5 +1,5 @@
-"""Software prefetch of a conv's next channel tile of weights: the one thing in these schedules that no schedule
-primitive can place.
+"""Software prefetch of a conv's next channel tile of weights, or a matmul's next column panel: the one thing in
+these schedules that no schedule primitive can place.
 
 A direct conv that walks output-channel tiles (order co_outer) reads a tile's weights from memory during the
 tile's first output row and from the L2 during the others. Inside a model the weights were last used an
@@ -9,7 +9,8 @@ L2 the weights of the tile it runs next, a few cache lines per step of a reducti
 rest of the tile. The Winograd GEMM is alike with passes over a slab of tiles for rows, except that every pass
 may prefetch: its first finds the slab in the L2 when the slab before it prefetched it, and otherwise waits on
 the stream (docs/decisions/software-prefetch.md). Weights of one channel tile are contiguous in both packed
-layouts ([O/V, ...], [a, a, K/V, C, V]), so the next tile's are the `tile_elems` after this one's.
+layouts ([O/V, ...], [a, a, K/V, C, V]), so the next tile's are the `tile_elems` after this one's. A matmul
+walking the column panels of a packed weight ([N/V, K, V]) is the direct conv's case with row tiles for rows.
 
 The template marks two loops while scheduling (`mark`): the loop over (channel tile, row) pairs and the reduction
 loop to prefetch from, whose annotation carries the plan. `insert` turns the marks into prefetch instructions
