@@ -740,7 +740,7 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     lanes = backend.spec.simd_width
     module = xcomp.compile(conv_model(c_in=2 * lanes, c_out=4 * lanes, size=7, kernel=3, pad=1))
     (group,) = _groups(module, "conv")
-    spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+    spec = _streaming_spec(backend.spec)
     template = BlockedConvTemplate(group.func, _context(spec))
     knobs = {**template.default_knobs(), "co_block": 1, "oh_block": 1, "order": "co_outer"}
     assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
@@ -748,10 +748,8 @@ def test_conv_prefetches_each_line_of_the_next_channel_tile_once(backend, direct
     assert not _prefetches(BlockedConvTemplate(group.func, _context(dataclasses.replace(spec, mem_bandwidth=2000e9))),
                            knobs)
 
-    counts = _prefetches_per_line(group.func, template, knobs, backend)
-    tile_lines = len(counts) // 4  # 4 channel tiles of one vector (co_block 1)
-    assert counts[:tile_lines].sum() == 0
-    assert (counts[tile_lines:] == 1).all(), np.unique(counts[tile_lines:], return_counts=True)
+    # 4 channel tiles of one vector (co_block 1)
+    _assert_later_tiles_prefetched_once(_prefetches_per_line(group.func, template, knobs, backend), tiles=4)
 
 
 def test_matmul_prefetches_each_line_of_the_next_weight_panel_once(backend):
@@ -766,7 +764,7 @@ def test_matmul_prefetches_each_line_of_the_next_weight_panel_once(backend):
     model = dense_model((32, 64), 8 * lanes)
     module = _compile_and_check(model, _inputs(x=(32, 64)))
     (group,) = _groups(module, "matmul")
-    spec = dataclasses.replace(backend.spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+    spec = _streaming_spec(backend.spec)
     template = MatmulTemplate(group.func, _context(spec))
     knobs = {**template.default_knobs(), "mr": 4, "nr": 2, "order": "n_outer"}
     assert _prefetches(template, template.default_knobs()) and _prefetches(template, knobs)
@@ -775,13 +773,25 @@ def test_matmul_prefetches_each_line_of_the_next_weight_panel_once(backend):
                            knobs)
     check_configs(group.func, template, backend, samples=4, enumerated=2, extra=[knobs])
 
-    counts = _prefetches_per_line(group.func, template, knobs, backend)
-    panel_lines = len(counts) // 4  # 8 vectors of columns in panels of 2
-    assert counts[:panel_lines].sum() == 0
-    assert (counts[panel_lines:] == 1).all(), np.unique(counts[panel_lines:], return_counts=True)
+    # 8 vectors of columns in panels of 2
+    _assert_later_tiles_prefetched_once(_prefetches_per_line(group.func, template, knobs, backend), tiles=4)
 
     (group,) = _groups(xcomp.compile(dense_model((32, 40), 8 * lanes)), "matmul")
     assert not _prefetches(MatmulTemplate(group.func, _context(spec)), knobs)
+
+
+def _streaming_spec(spec):
+    """`spec` with a peak and a memory bandwidth under which streaming weights pays for a prefetch."""
+    import dataclasses
+
+    return dataclasses.replace(spec, peak_flops={"float32": 300e9}, mem_bandwidth=20e9)
+
+
+def _assert_later_tiles_prefetched_once(counts, tiles: int) -> None:
+    """Prefetches per cache line of a weight in `tiles` equal tiles: none of the first, each later line once."""
+    tile_lines = len(counts) // tiles
+    assert counts[:tile_lines].sum() == 0
+    assert (counts[tile_lines:] == 1).all(), np.unique(counts[tile_lines:], return_counts=True)
 
 
 def _prefetches(template, knobs) -> bool:
