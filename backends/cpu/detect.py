@@ -18,6 +18,8 @@ NAMED_CPU_CACHES = (32 * 1024, 1024 * 1024, 0)
 # The L1d's ways where the host does not say, and for a named CPU: the fewest of the x86 server cores xcomp has
 # met (Zen 3 and 4: 8; Intel's since Ice Lake: 12).
 FALLBACK_L1_WAYS = 8
+CPUINFO, CPUFREQ_MAX = "/proc/cpuinfo", "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
+CLOCK_STEP_MHZ, FALLBACK_MHZ = 100, 2000.0
 
 
 def _host_triple() -> str:
@@ -32,7 +34,7 @@ def _host_triple() -> str:
 def cpu_model_name() -> str | None:
     """The CPU's marketing name from /proc/cpuinfo ('Intel(R) Xeon(R) Platinum 8580'), or None where it has none."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(CPUINFO) as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -42,14 +44,22 @@ def cpu_model_name() -> str | None:
 
 
 def _cpu_mhz() -> float:
+    """The clock a core's peak is figured at: the highest its frequency driver lets it run, or without one (a VM)
+    /proc/cpuinfo's figure, there the fixed TSC clock. Rounded to CLOCK_STEP_MHZ, since the peak is part of the
+    hardware fingerprint: /proc/cpuinfo's figure follows the load where cores scale their clock, and differs by a
+    few kHz between VMs of one kind, and neither may split one machine's tuning records."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("cpu MHz"):
-                    return float(line.split(":")[1])
-    except OSError:
-        pass
-    return 2000.0
+        with open(CPUFREQ_MAX) as f:
+            mhz = int(f.read()) / 1000.0  # kHz
+    except (OSError, ValueError):
+        mhz = 0.0
+    if not mhz:
+        try:
+            with open(CPUINFO) as f:
+                mhz = next((float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")), 0.0)
+        except OSError:
+            pass
+    return round(mhz / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ or FALLBACK_MHZ
 
 
 def _data_caches() -> dict:
