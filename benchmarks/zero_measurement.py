@@ -62,6 +62,7 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     import xcomp
     from xcomp.autotune import pretrain
     from xcomp.autotune.db import TuningDB
+    from xcomp.costmodel.predict import hardware_class
     from xcomp.frontends.examples import resolve
     from xcomp.report.bench import alternating_blocks
 
@@ -101,7 +102,8 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
         return groups, None if gain <= 0 else 0.0 if not groups else (ms["default"] - ms[name]) / gain
 
     predicted_groups, recovered = predicted("predicted")
-    trusted = sorted(t for hw in table["hardware"].values() for t, v in hw["templates"].items() if v["confident"])
+    here = table["hardware"].get(hardware_class(modules["default"].spec), {}).get("templates", {})
+    trusted = sorted(t for t, v in here.items() if v["confident"])  # on this host's class: what "predicted" used
     extra = dict(zip(("ungated_groups", "ungated_recovered"), predicted("ungated"))) if ungated else {}
     return {
         "model": _name(model),
@@ -156,7 +158,8 @@ def main():
             print(f"{result['model']:22s} default {ms['default']:8.2f}  predicted {ms['predicted']:8.2f}  tuned "
                   f"{ms['tuned']:8.2f} ms  recovered {'n/a' if rec is None else f'{rec:6.0%}'}  "
                   f"({result['predicted_groups']}/{result['unique_groups']} groups predicted, "
-                  f"+{result['predict_s']:.1f}s compile)", file=log)
+                  f"+{result['predict_s']:.1f}s compile; trusted here: "
+                  f"{', '.join(result['trusted_templates']) or 'none'})", file=log)
             if not result["predicted_groups"]:
                 print(f"{'':22s} no group predicted: the predicted build is the default's, their difference is "
                       "noise", file=log)
