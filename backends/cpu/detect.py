@@ -31,16 +31,21 @@ def _host_triple() -> str:
     return f"{arch}-unknown-linux-gnu" if "linux" in triple else triple
 
 
-def cpu_model_name() -> str | None:
-    """The CPU's marketing name from /proc/cpuinfo ('Intel(R) Xeon(R) Platinum 8580'), or None where it has none."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first value of `name` in /proc/cpuinfo, or None where it has none."""
     try:
         with open(CPUINFO) as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
+
+
+def cpu_model_name() -> str | None:
+    """The CPU's marketing name from /proc/cpuinfo ('Intel(R) Xeon(R) Platinum 8580'), or None where it has none."""
+    return _cpuinfo_field("model name")
 
 
 def _cpu_mhz() -> float:
@@ -53,12 +58,7 @@ def _cpu_mhz() -> float:
             mhz = int(f.read()) / 1000.0  # kHz
     except (OSError, ValueError):
         mhz = 0.0
-    if not mhz:
-        try:
-            with open(CPUINFO) as f:
-                mhz = next((float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")), 0.0)
-        except OSError:
-            pass
+    mhz = mhz or float(_cpuinfo_field("cpu MHz") or 0.0)
     return round(mhz / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ or FALLBACK_MHZ
 
 
