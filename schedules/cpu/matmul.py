@@ -48,6 +48,9 @@ FEW_ROWS = 4
 # K steps per prefetch step (prefetch.py): the prefetches sit in a loop around this many steps, never among the
 # FMAs of one step
 PREFETCH_K_STEPS = 16
+# K steps a default tile of several rows unrolls: LLVM unrolls the tile's K loop for some CPUs and not others
+# (docs/decisions/matmul-unroll-k.md)
+DEFAULT_UNROLL_K = 4
 
 
 def _uses_all(load, *variables) -> bool:
@@ -208,7 +211,8 @@ class MatmulTemplate(CpuTemplate):
         # an unpadded symbolic M outermost: with it inside the fused parallel loop its row would be `fused % M`,
         # and the accumulator tile, not compacted through a symbolic modulo, became an M x N buffer per task
         unpadded = self.m is None and self._mr_choices() == [1]
-        knobs = {"mr": mr, "nr": nr, "order": "m_outer" if unpadded else "n_outer", "unroll_k": 1}
+        unroll_k = DEFAULT_UNROLL_K if mr > 1 and DEFAULT_UNROLL_K in self.knob_space()["unroll_k"] else 1
+        knobs = {"mr": mr, "nr": nr, "order": "m_outer" if unpadded else "n_outer", "unroll_k": unroll_k}
         if self.layout == "nn":
             # the copy costs K * N loads, like N * K / (M / mr) tile steps: worth it once B is reused enough
             knobs["pack_b"] = m >= 4 * mr
