@@ -796,6 +796,27 @@ def test_matmul_prefetches_each_line_of_the_next_weight_panel_once(backend):
     assert not _prefetches(MatmulTemplate(group.func, _context(spec)), knobs)
 
 
+def test_matmul_over_symbolic_rows_prefetches_where_its_row_tiles_pay(backend):
+    """A Linear over a symbolic sequence (a prompt) prefetches as a static one does: during each panel's later
+    row tiles, every line of the next panel once. Where its rows are more than prefetch.pays allows, at run
+    time, it prefetches nothing. It matches onnxruntime."""
+    from xcomp.schedules.cpu import prefetch
+    from xcomp.schedules.cpu.matmul import MatmulTemplate
+
+    lanes = backend.spec.simd_width
+    model = dense_model(("seq", 64), 8 * lanes)
+    module = _compile_and_check(model, _inputs(x=(30, 64)))
+    group = next(g for g in _groups(module, "matmul") if g.symbols)
+    spec = _streaming_spec(backend.spec)
+    template = MatmulTemplate(group.func, _context(spec))
+    knobs = {**template.default_knobs(), "mr": 4, "nr": 2, "order": "n_outer"}
+    assert template.m is None and _prefetches(template, knobs)
+    rows_that_pay = prefetch.most_uses(spec)
+    _assert_later_tiles_prefetched_once(_prefetches_per_line(group.func, template, knobs, backend, rows=32),
+                                        tiles=4)
+    assert _prefetches_per_line(group.func, template, knobs, backend, rows=rows_that_pay + 4).sum() == 0
+
+
 def _streaming_spec(spec):
     """`spec` with a peak and a memory bandwidth under which streaming weights pays for a prefetch."""
     import dataclasses
@@ -828,9 +849,10 @@ def _annotations(stmt, key) -> list:
     return found + [value for child in children for value in _annotations(child, key)]
 
 
-def _prefetches_per_line(func, template, knobs, backend):
+def _prefetches_per_line(func, template, knobs, backend, rows=None):
     """How often `func` scheduled with `knobs` prefetches each cache line of the weight its plan names in one
-    run: the prefetches recorded instead of issued, on every core."""
+    run: the prefetches recorded instead of issued, on every core. `rows`: the value of a symbolic row count
+    (a func's one symbolic dim), bound after scheduling."""
     from tvm import s_tir, tirx
 
     from xcomp.autotune.measure import func_params, random_args
@@ -850,7 +872,13 @@ def _prefetches_per_line(func, template, knobs, backend):
 
     recorded = prefetch.insert(marked, emit=record)
     recording = tirx.PrimFunc(list(recorded.params) + [log], recorded.body, attrs=recorded.attrs)
-    return _run(recording, random_args(func_params(func), 0) + [np.zeros(lines, np.int32)], backend)[-1]
+    if rows is None:
+        arrays = random_args(func_params(func), 0)
+    else:  # the symbolic dim is bound by the arrays' shapes at the call
+        rng = np.random.default_rng(0)
+        arrays = [rng.uniform(-1, 1, [rows if isinstance(d, tirx.Var) else int(d) for d in p.shape]).astype(p.dtype)
+                  for p in func.params]
+    return _run(recording, arrays + [np.zeros(lines, np.int32)], backend)[-1]
 
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),

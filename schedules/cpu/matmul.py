@@ -114,6 +114,8 @@ class MatmulTemplate(CpuTemplate):
         self.columns_padded_here = self.layout != "packed" and (
             self.n is None or self.n % self.spec.simd_width != 0 and bool(self._padded_nr(self.spec.simd_width)))
         batch = main.extents[:-3]
+        # no batch entries beside the rows: a symbolic prefetch plan takes the row tiles from the tile loop
+        self.batch_of_one = all(e == 1 for e in batch)
         # rows of every batch entry taken as one M where B is shared by them (a Linear over NHWC pixels: 7 x 7
         # rows of 768): tiles then span entries, and each panel of B is read once per row tile, not per entry
         self.flat_batch = (None not in main.extents and math.prod(batch) > 1
@@ -300,7 +302,7 @@ class MatmulTemplate(CpuTemplate):
         if self._copies_per_batch(sch, done, batch):
             self._copy_per_batch(sch, done, batch)
         else:
-            self._copy_apart(sch, done, outer, inner[0] if prefetches else None)
+            self._copy_apart(sch, done, outer, inner[0] if prefetches else None, self._most_row_tiles(knobs))
         sch.decompose_reduction(mm, inner[0])
 
     def _prefetches(self, knobs) -> bool:
@@ -309,9 +311,16 @@ class MatmulTemplate(CpuTemplate):
         inside a model the weights come from memory, and a panel's first row tile waits on their stream while the
         others read them from cache. Not a knob, for the reason the conv's is not
         (docs/decisions/software-prefetch.md)."""
-        return (self.layout == "packed" and self.m is not None and self.k is not None
-                and self.k % PREFETCH_K_STEPS == 0 and knobs["order"] == "n_outer"
-                and self.m // knobs["mr"] >= 2 and prefetch.pays(self.spec, self.m))
+        if not (self.layout == "packed" and self.k is not None and self.k % PREFETCH_K_STEPS == 0
+                and knobs["order"] == "n_outer"):
+            return False
+        if self.m is None:  # a prompt's rows, known at run time: the prefetches check them (_most_row_tiles)
+            return knobs["mr"] > 1 and self._most_row_tiles(knobs) >= 2 and self.batch_of_one
+        return self.m // knobs["mr"] >= 2 and prefetch.pays(self.spec, self.m)
+
+    def _most_row_tiles(self, knobs) -> int:
+        """The most row tiles a panel may have for its prefetches to pay (prefetch.pays)."""
+        return prefetch.most_uses(self.spec) // knobs["mr"]
 
     def finish(self, func):
         # the prefetches first: the whole-tile splits below copy the tile into both sides of a branch, and
@@ -341,18 +350,20 @@ class MatmulTemplate(CpuTemplate):
         elif tile:
             sch.unroll(tile[-1])
 
-    def _copy_apart(self, sch, done, outer, prefetch_step=None):
+    def _copy_apart(self, sch, done, outer, prefetch_step=None, most_row_tiles=0):
         """The tiles in parallel; the operand copies (and a constant fill a dropout left behind) each a nest of its
         own, in the generic spatial schedule. With `prefetch_step` (a K loop around the tile's FMAs), each step of
-        a panel's later row tiles prefetches its share of the next panel."""
+        a panel's later row tiles prefetches its share of the next panel; of a symbolic number of row tiles, only
+        where there are at most `most_row_tiles`."""
         if prefetch_step is not None:
             *_, panels, rows = outer
             tiles, row_tiles = loop_extent(sch, panels), loop_extent(sch, rows)
             weight = sch.get(sch.get_sblock(self.name)).reads[self.b_index].source
-            fused = fuse_parallel(sch, outer, self.spec.cores)
+            fused = fuse_parallel(sch, outer, self.spec.cores, symbolic=self.spec.cores)
             # [N/V, K, V]: a panel of nr vectors of columns is one contiguous run
             prefetch.mark(sch, fused, prefetch_step, weight.name, tiles, row_tiles,
-                          math.prod(int(d) for d in weight.shape) // tiles)
+                          math.prod(int(d) for d in weight.shape) // tiles,
+                          most_rows=most_row_tiles if row_tiles is None else 0)
         else:
             # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
             # row, the smallest, then pays a thread wake-up of a few microseconds)

@@ -40,23 +40,30 @@ def pays(spec, uses: int) -> bool:
     memory (they were last used an inference ago), and the tile that streams its own waits on them; with many
     uses per weight that wait is a small part of the tile and the prefetches cost more than they hide. The
     threshold comes from resnet50 measured on an AVX2 and an AVX-512 host (docs/decisions/software-prefetch.md)."""
+    return uses <= most_uses(spec)
+
+
+def most_uses(spec) -> int:
+    """The most uses per weight at which a prefetch pays (pays); 0 where the spec gives no peak or bandwidth."""
     peak, bandwidth = spec.peak(), spec.mem_bandwidth
     if not peak or not bandwidth:
-        return False
-    arithmetic = 2 * uses / peak  # seconds per weight element (FMA = 2 FLOPs)
-    return 4 / bandwidth >= arithmetic * STREAM_SHARE  # fp32 weights
+        return 0
+    # streaming an fp32 weight (4 bytes / bandwidth) against STREAM_SHARE of its arithmetic (2 FLOPs a use)
+    return math.floor(4 * peak / (2 * bandwidth * STREAM_SHARE) * (1 + 1e-9))
 
 
-def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int, tile_elems: int, first_row: int = 1) -> None:
+def mark(sch, tile_rows, step, weight: str, tiles: int, rows: int | None, tile_elems: int, first_row: int = 1,
+         most_rows: int = 0) -> None:
     """Plan a prefetch: `tile_rows` runs tiles x rows iterations (tile-major, the batch may be outside or fused
     in front), `step` is a loop inside it, `weight` the buffer name of the weights, of which each tile reads
     the next `tile_elems` elements (tile t: elements [t * tile_elems, (t + 1) * tile_elems)). The prefetches
     spread over rows first_row.. of each tile: from the second on where the first is the one that streams its
     own weights (a direct conv's), over all where every row reads its tile's weights from cache once they are
-    there (the Winograd GEMM's passes)."""
+    there (the Winograd GEMM's passes). rows None: symbolic, `tile_rows`' extent over `tiles` (no batch fused
+    in), and the prefetches run only where there are at most `most_rows` of them (pays, at run time)."""
     sch.annotate(tile_rows, TILE_ROWS, 1)
-    sch.annotate(step, STEP, {"weight": weight, "tiles": tiles, "rows": rows, "tile_elems": tile_elems,
-                              "first_row": first_row})
+    sch.annotate(step, STEP, {"weight": weight, "tiles": tiles, "rows": rows or 0, "tile_elems": tile_elems,
+                              "first_row": first_row, "most_rows": most_rows})
 
 
 def insert(func, emit=None):
@@ -105,15 +112,25 @@ def _prefetch(path, plan, params, emit):
     per_line = max(1, LINE_BYTES // np.dtype(str(weight.dtype)).itemsize)
     lines = -(-tile_elems // per_line)
     steps = math.prod(int(loop.extent) for loop in steps_loops)
-    if rows <= first_row:
-        return None
-    per_step = -(-lines // ((rows - first_row) * steps))
-
     tile_row = path[outer].loop_var
     dtype = str(tile_row.ty)
 
     def const(x):
         return tirx.const(x, dtype)
+
+    worth = []
+    if rows:
+        if rows <= first_row:
+            return None
+        per_step = const(-(-lines // ((rows - first_row) * steps)))
+        rows = const(rows)
+    else:  # symbolic: a division per prefetch step, where the prefetches pay for this many rows
+        from tvm.sym import Analyzer
+
+        rows = Analyzer().simplify(tirx.floordiv(path[outer].extent, const(tiles)))
+        spread = tirx.max((rows - first_row) * steps, const(1))
+        per_step = tirx.floordiv(const(lines) + spread - 1, spread)
+        worth = [rows <= const(int(plan["most_rows"]))]
 
     step = const(0)
     for loop in steps_loops:
@@ -123,9 +140,9 @@ def _prefetch(path, plan, params, emit):
     line = ((row - first_row) * steps + step) * per_step + t
     flat = tirx.decl_buffer((math.prod(shape),), weight.dtype, name=f"{weight.name}_lines", data=weight.data)
     fetch = emit(flat, (tile + 1) * tile_elems + line * per_line)
-    lines_loop = For(t, const(0), const(per_step), ForKind.SERIAL, IfThenElse(line < lines, fetch, None))
+    lines_loop = For(t, const(0), per_step, ForKind.SERIAL, IfThenElse(line < lines, fetch, None))
     return [DeclBuffer(flat, data=weight.data),
-            IfThenElse(tirx.all(row >= first_row, tile + 1 < tiles), lines_loop, None)]
+            IfThenElse(tirx.all(*worth, row >= first_row, tile + 1 < tiles), lines_loop, None)]
 
 
-__all__ = ["pays", "mark", "insert", "instruction"]
+__all__ = ["pays", "most_uses", "mark", "insert", "instruction"]
