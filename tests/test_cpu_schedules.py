@@ -872,13 +872,9 @@ def _prefetches_per_line(func, template, knobs, backend, rows=None):
 
     recorded = prefetch.insert(marked, emit=record)
     recording = tirx.PrimFunc(list(recorded.params) + [log], recorded.body, attrs=recorded.attrs)
-    if rows is None:
-        arrays = random_args(func_params(func), 0)
-    else:  # the symbolic dim is bound by the arrays' shapes at the call
-        rng = np.random.default_rng(0)
-        arrays = [rng.uniform(-1, 1, [rows if isinstance(d, tirx.Var) else int(d) for d in p.shape]).astype(p.dtype)
-                  for p in func.params]
-    return _run(recording, arrays + [np.zeros(lines, np.int32)], backend)[-1]
+    params = func_params(func) if rows is None else [  # the symbolic dim is bound by the arrays' shapes at the call
+        (tuple(rows if isinstance(d, tirx.Var) else int(d) for d in p.shape), str(p.dtype)) for p in func.params]
+    return _run(recording, random_args(params, 0) + [np.zeros(lines, np.int32)], backend)[-1]
 
 
 @pytest.mark.parametrize("shape", [dict(size=13, kernel=3, pad=1), dict(size=25, kernel=3, stride=2, pad=1),

@@ -363,7 +363,7 @@ class MatmulTemplate(CpuTemplate):
             # [N/V, K, V]: a panel of nr vectors of columns is one contiguous run
             prefetch.mark(sch, fused, prefetch_step, weight.name, tiles, row_tiles,
                           math.prod(int(d) for d in weight.shape) // tiles,
-                          most_rows=most_row_tiles if row_tiles is None else 0)
+                          most_rows=most_row_tiles)
         else:
             # a symbolic batch or sequence dim among the tiles: parallel, as for the sizes it usually has (a lone
             # row, the smallest, then pays a thread wake-up of a few microseconds)

@@ -48,7 +48,8 @@ def most_uses(spec) -> int:
     peak, bandwidth = spec.peak(), spec.mem_bandwidth
     if not peak or not bandwidth:
         return 0
-    # streaming an fp32 weight (4 bytes / bandwidth) against STREAM_SHARE of its arithmetic (2 FLOPs a use)
+    # streaming an fp32 weight (4 bytes / bandwidth) against STREAM_SHARE of its arithmetic (2 FLOPs a use); the
+    # 1e-9 keeps a bound that is a whole number whole through the float division
     return math.floor(4 * peak / (2 * bandwidth * STREAM_SHARE) * (1 + 1e-9))
 
 
