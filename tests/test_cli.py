@@ -28,11 +28,12 @@ def test_version():
 def test_compile_run_matches_onnxruntime(tmp_path):
     model_path = tmp_path / "mlp.onnx"
     onnx.save(tiny_mlp(2), str(model_path))
-    out = tmp_path / "mlp.xc"
-    r = xcomp_cli("compile", str(model_path), "-o", str(out), "--json", "-q")
+    out = tmp_path / "build" / "mlp.xc"  # a folder that does not exist yet, shared with the emitted code
+    r = xcomp_cli("compile", str(model_path), "-o", str(out), "--emit-source", str(out.parent), "--json", "-q")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["output"] == str(out) and out.exists()
+    assert info["emitted"] and all(p.startswith(str(out.parent)) for p in info["emitted"])
 
     x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -65,6 +66,9 @@ def test_user_errors_are_one_line_exit_1(tmp_path):
     onnx.save(tiny_mlp(2), str(model_path))
     r = xcomp_cli("compile", str(model_path), "-t", "tpu", "-q")
     assert r.returncode == 1 and "unknown target" in r.stderr and "Traceback" not in r.stderr
+
+    r = xcomp_cli("compile", str(model_path), "-o", str(model_path / "mlp.xc"), "-q")  # under a file: before compiling
+    assert r.returncode == 1 and "is not a writable folder" in r.stderr and "Traceback" not in r.stderr
 
     np.save(tmp_path / "bad.npy", np.zeros((2, 8), np.float64))
     r = xcomp_cli("run", str(model_path), "--input", f"x={tmp_path / 'bad.npy'}", "-q")

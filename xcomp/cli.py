@@ -130,14 +130,28 @@ def _table(rows, headers):
 # -- commands -------------------------------------------------------------------------------------------------
 
 
+def _check_writable(path):
+    """Stop before a compile, not after it, when its output cannot be written (save makes missing folders)."""
+    from xcomp.errors import UserError
+
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if os.path.isdir(path):
+        raise UserError(f"cannot write {path}: it is a folder")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UserError(f"cannot write {path}: {folder} is not a writable folder")
+
+
 def cmd_compile(args):
     import xcomp
 
     model = _model_arg(args.model)
+    out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
+    _check_writable(out)
     module = xcomp.compile(model, target=args.target, input_shapes=_input_shapes(args), tune_db=args.db,
                            progress=not args.quiet, input_values=_input_values(args), cuda_graph=args.cuda_graph,
                            costmodel=args.costmodel, tf32=args.tf32)
-    out = args.output or os.path.splitext(os.path.basename(model if isinstance(model, str) else "model"))[0] + ".xc"
     module.save(out)
     emitted = []
     if args.emit_source:

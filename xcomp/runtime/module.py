@@ -219,6 +219,7 @@ class Module:
         meta = self.metadata()
         workdir = tempfile.mkdtemp(prefix="xcomp-save-")
         try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             lib_path = os.path.join(workdir, meta["library"])
             with silence_native_stderr():
                 self._executable.export_library(lib_path)
