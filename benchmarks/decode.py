@@ -165,8 +165,10 @@ def main():
     result = {"model": args.model, "layers": layers, "prompt": args.prompt, "tokens": args.tokens,
               "rounds": args.rounds, "compile_s": compile_s, "relative_diff": diff, "same_tokens": same_tokens}
     for name, generations in runs.items():
-        result[f"{name}_prompt_ms"] = float(np.median([g["prompt_ms"] for g in generations]))
-        result[f"{name}_decode_tokens_per_s"] = float(np.median([args.tokens / g["decode_s"] for g in generations]))
+        result[f"{name}_prompt_ms_each"] = [g["prompt_ms"] for g in generations]
+        result[f"{name}_decode_tokens_per_s_each"] = [args.tokens / g["decode_s"] for g in generations]
+        result[f"{name}_prompt_ms"] = float(np.median(result[f"{name}_prompt_ms_each"]))
+        result[f"{name}_decode_tokens_per_s"] = float(np.median(result[f"{name}_decode_tokens_per_s_each"]))
     print(f"{args.model}, {layers} layers; compiled once in {compile_s:.1f} s with seq and past symbolic")
     print(f"{'runtime':12s} {'prompt ms':>10s} {'decode tok/s':>13s}")
     for name in runtimes:

@@ -14,6 +14,7 @@ import numpy as np
 
 from xcomp.errors import RUNTIME_CHECK_TAG, ArtifactError, InputError, UserError, describe
 from xcomp.native import silence_native_stderr
+from xcomp.runtime.memory_pool import release_free_blocks
 from xcomp.runtime.signature import concrete_shape, dim_sizes, is_symbolic
 from xcomp.runtime.thread_pool import pool_governor
 from xcomp.timing import time_calls
@@ -102,6 +103,8 @@ class Module:
         if shapes != self._fitting_shapes:  # a serving loop calls with the same shapes again and again
             if self._symbolic or any(shape != spec.shape for shape, spec in zip(shapes, self.inputs)):
                 dim_sizes(self.inputs, {spec.name: shape for spec, shape in zip(self.inputs, shapes)})
+            if self._symbolic:  # the pool's free blocks are sized for the last shapes (runtime/memory_pool.py)
+                release_free_blocks()
             self._fitting_shapes = shapes
         return arrays
 
