@@ -247,6 +247,7 @@ def main(argv=None):
         parser.error("give records to learn from: --db and/or --records")
 
     models = [resolve(m) for m in args.model]
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)  # before minutes of featurizing
     rows = collect(models, args.db, args.records, args.target, progress=True)
     if not len(rows.y):
         parser.error("no record belongs to a group of these models on a host with a known spec")
