@@ -95,7 +95,8 @@ class Module:
         return self._main
 
     def _bind(self, args, kwargs) -> list:
-        """Positional/named arguments -> arrays in input order, each checked against the signature."""
+        """Positional/named arguments -> arrays in input order, each checked against the signature. New shapes of a
+        symbolic module first release the pool's free blocks, which were sized for the last ones."""
         if kwargs or len(args) != len(self.inputs):
             args = self._arguments_in_order(args, kwargs)
         arrays = [_checked_array(spec, value) for spec, value in zip(self.inputs, args)]
@@ -103,7 +104,7 @@ class Module:
         if shapes != self._fitting_shapes:  # a serving loop calls with the same shapes again and again
             if self._symbolic or any(shape != spec.shape for shape, spec in zip(shapes, self.inputs)):
                 dim_sizes(self.inputs, {spec.name: shape for spec, shape in zip(self.inputs, shapes)})
-            if self._symbolic:  # the pool's free blocks are sized for the last shapes (runtime/memory_pool.py)
+            if self._symbolic:  # runtime/memory_pool.py
                 release_free_blocks()
             self._fitting_shapes = shapes
         return arrays
