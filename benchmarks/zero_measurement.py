@@ -2,7 +2,8 @@
 configs recover on a model none of whose groups it was trained on.
 
 Usage: python benchmarks/zero_measurement.py -m onnx:light_squeezenet -m onnx:light_resnet50 ... \
-           [--records benchmarks/records] [--holdout onnx:light_resnet50 ...] [--repeat 40] [--ungated] [--json]
+           [--records benchmarks/records] [--holdout onnx:light_resnet50 ...] [--repeat 40] [--ungated]
+           [--retime 5] [--json]
 
 For each held-out model (default: every -m with records from this machine), a cost model and its confidence
 table are trained as `python -m xcomp.autotune.pretrain` trains the shipped ones, on the records of every
@@ -57,8 +58,9 @@ def _ungated(folder, table) -> str:
     return path
 
 
-def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress, ungated=False):
-    """The compiles of `model` and their medians; rows: pretrain.collect over every model."""
+def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress, ungated=False, retime=None):
+    """The compiles of `model` and their medians; rows: pretrain.collect over every model; retime: a
+    retime.Retimer the confidence table is judged with (None: the records' times)."""
     import xcomp
     from xcomp.autotune import pretrain
     from xcomp.autotune.db import TuningDB
@@ -70,7 +72,8 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
     os.makedirs(folder)
     path = resolve(model)
     others = [m for m in models if m != path]
-    table = pretrain.train(rows.subset(~rows.of_model(path)), others, os.path.join(folder, "model.json"), seed)
+    table = pretrain.train(rows.subset(~rows.of_model(path)), others, os.path.join(folder, "model.json"), seed,
+                           retime=retime)
     db = os.path.join(folder, "tuned.sqlite")
     with TuningDB(db) as tuned_db:
         tuned_db.import_jsonl(os.path.join(records_dir, _name(model) + ".jsonl"))
@@ -122,6 +125,7 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
 
 def main():
     from xcomp.autotune import pretrain
+    from xcomp.autotune.retime import Retimer
     from xcomp.backends import get_backend
     from xcomp.frontends.examples import resolve
 
@@ -135,6 +139,9 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ungated", action="store_true", help="also time a build with the cost model's pick for "
                         "every judged template, trusted or not (what the confidence gate keeps out)")
+    parser.add_argument("--retime", type=int, default=0, metavar="ROUNDS",
+                        help="judge each fold's confidence table by its held-out picks timed again beside their "
+                             "defaults, as `pretrain --retime` does (0: by the records' times)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args()
 
@@ -148,11 +155,12 @@ def main():
     start = time.perf_counter()
     rows = pretrain.collect(models, (), [args.records], progress=not args.json)
     print(f"featurized {len(rows.y)} records in {time.perf_counter() - start:.0f}s", file=log)
+    retime = Retimer(models, rounds=args.retime, progress=not args.json) if args.retime else None
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for model in holdouts:
             result = held_out(model, rows, models, mine, scratch, args.repeat, args.warmup, args.seed,
-                              progress=not args.json, ungated=args.ungated)
+                              progress=not args.json, ungated=args.ungated, retime=retime)
             results.append(result)
             ms, rec = result["ms"], result["recovered"]
             print(f"{result['model']:22s} default {ms['default']:8.2f}  predicted {ms['predicted']:8.2f}  tuned "
@@ -168,6 +176,7 @@ def main():
                 print(f"{'':22s} ungated  {ms['ungated']:8.2f} ms  recovered {'n/a' if rec is None else f'{rec:6.0%}'}"
                       f"  ({result['ungated_groups']}/{result['unique_groups']} groups predicted)", file=log)
     out = {"host": backend.spec.name, "fingerprint": backend.spec.fingerprint(), "repeat": args.repeat,
+           "retime_rounds": args.retime,
            "models": [_name(m) for m in args.model], "results": results}
     if args.json:
         json.dump(out, sys.stdout, indent=1)

@@ -23,8 +23,9 @@ from .features import FEATURES_VERSION
 
 # A template's picks are trusted on a hardware class when, over at least `min_groups` held-out groups, they were
 # `min_geomean_gain` faster than the default on geometric mean and none was more than 1 - `min_worst_gain`
-# slower. Fixed before the first held-out evaluation was seen; not fitted to it.
-RULE = {"min_groups": 4, "min_geomean_gain": 1.02, "min_worst_gain": 0.97}
+# slower. Fixed before the first held-out evaluation was seen; not fitted to it. And the picks' gains must come from
+# timings side by side (xcomp/autotune/retime.py), added once re-timing showed how little the records' gains say.
+RULE = {"min_groups": 4, "min_geomean_gain": 1.02, "min_worst_gain": 0.97, "timed_side_by_side": True}
 # Candidates ranked per group at compile time: featurizing one costs about 20-100 ms (a Winograd conv more).
 POOL = 24
 
@@ -60,8 +61,9 @@ def pick_gain(scores, latencies_ms, default_index: int) -> float:
     return float(latencies_ms[default_index]) / latency if math.isfinite(latency) and latency > 0 else 0.0
 
 
-def judge(gains, rule=None) -> dict:
-    """Held-out picks' gains over the default (one per group) -> the confidence entry of their template."""
+def judge(gains, rule=None, side_by_side: bool = True) -> dict:
+    """Held-out picks' gains over the default (one per group) -> the confidence entry of their template;
+    `side_by_side`: every pick's gain was timed beside its default, not read from tuning records."""
     rule = rule or RULE
     gains = [float(g) for g in gains]
     positive = [g for g in gains if g > 0]
@@ -69,8 +71,10 @@ def judge(gains, rule=None) -> dict:
     worst = min(gains) if gains else 0.0
     return {"groups": len(gains), "wins": sum(g > 1.0 for g in gains), "losses": sum(g < 1.0 for g in gains),
             "geomean_gain": round(geomean, 4), "worst_gain": round(worst, 4),
+            "side_by_side": side_by_side,
             "confident": bool(len(gains) >= rule["min_groups"] and geomean >= rule["min_geomean_gain"]
-                              and worst >= rule["min_worst_gain"])}
+                              and worst >= rule["min_worst_gain"]
+                              and (side_by_side or not rule.get("timed_side_by_side")))}
 
 
 def candidates(template, limit: int = POOL, seed: str = "") -> list:

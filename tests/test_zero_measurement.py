@@ -228,6 +228,7 @@ def test_the_rule_wants_enough_groups_a_gain_and_no_real_loss():
     assert not judge([1.3, 1.3, 1.3, 0.9])["confident"]  # one pick lost 10%
     assert not judge([1.0, 1.0, 1.01, 1.0])["confident"]  # no gain worth the risk
     assert not judge([1.5, 1.5, 1.5, 0.0])["confident"]  # a pick that failed
+    assert not judge([1.1, 1.2, 1.05, 1.0], side_by_side=False)["confident"]  # gains read from records
     assert pick_gain([0.1, 0.9], [2.0, 1.0], 0) == 2.0
     assert pick_gain([0.9, 0.1], [2.0, 1.0], 0) == 1.0
     assert pick_gain([0.1, 0.9], [2.0, np.inf], 0) == 0.0
@@ -244,7 +245,7 @@ def test_held_out_picks_never_train_on_the_held_out_model_s_workloads(monkeypatc
     rows = pretrain.TrainingRows(
         rng.random((len(groups), LENGTH)).astype(np.float32), rng.random(len(groups)) + 1, groups,
         np.asarray([i % 4 == 0 for i in range(len(groups))]), {g: "cpu:x:2c" for g in groups},
-        {g: "matmul:T" for g in groups}, keys, {"cpu:x:2c": "x"})
+        {g: "matmul:T" for g in groups}, keys, {"cpu:x:2c": "x"}, [{"mr": i} for i in range(len(groups))])
     seen = []
 
     class Recording:
@@ -282,3 +283,58 @@ def test_features_are_the_same_as_through_tune_context_s_constructor():
         features._context = lambda mod: ms.TuneContext(mod=mod, target=backend.target())
         np.testing.assert_array_equal(fast, features.program_vector(func))
         del features._context
+
+
+def test_retimed_picks_are_this_machine_s_timed_beside_their_defaults(tmp_path, monkeypatch):
+    """A held-out pick of this machine's records gets the ratio of its default's and its own medians, timed
+    together; a failing pick gains 0; another host's pick, and a group whose pick is the default, keep theirs;
+    a pick judged again (the next fold) is not timed again."""
+    from xcomp.autotune import tuner as tuner_module
+    from xcomp.autotune.retime import Retimer
+
+    path = tmp_path / "gemm.onnx"
+    onnx.save(_gemm_relu(), path)
+    backend = _backend()
+    group, template = _matmul_template()
+    default = template.default_knobs()
+    other = next(k for k in candidates(template, limit=8, seed=group.key)[1:] if k != default)
+    mine = f"{backend.spec.fingerprint()}/{group.key}"
+    timed = []
+    side_by_side = tuner_module.Tuner.side_by_side
+
+    def counting(self, task, first, second, rounds):
+        timed.append(second)
+        return side_by_side(self, task, first, second, rounds)
+
+    monkeypatch.setattr(tuner_module.Tuner, "side_by_side", counting)
+    rows = [{"group": mine, "gain": 7.0, "knobs": other},
+            {"group": "elsewhere/" + group.key, "gain": 0.5, "knobs": other},
+            {"group": mine, "gain": 1.0}]
+    retime = Retimer([str(path)], rounds=2)
+    picked, elsewhere, kept = retime(rows)
+    assert picked["timing"] == "side-by-side" and picked["record_gain"] == 7.0
+    assert 0.2 < picked["gain"] < 5.0  # a real ratio of two timings of 64x64 matmuls, not the record's
+    assert elsewhere == rows[1] and kept == rows[2]
+    broken = {**default, "mr": 64}  # no such register tile: the pick fails to build
+    again, failed = retime([rows[0], {"group": mine, "gain": 3.0, "knobs": broken}])
+    assert again["gain"] == picked["gain"] and len(timed) == 2
+    assert failed["gain"] == 0.0
+
+
+def test_only_picks_timed_side_by_side_earn_trust(monkeypatch):
+    """Gains read from tuning records judge a template but cannot make it trusted; the same gains re-timed beside
+    the defaults can. A group whose pick is its default needs no timing."""
+    from xcomp.autotune import pretrain
+
+    def picks(host, timing):
+        rows = [{"group": f"{host}/g{i}", "hardware": f"cpu:{host}:2c", "template": "conv:T", "gain": 1.2,
+                 "knobs": {"k": i}, **({"timing": timing} if timing else {})} for i in range(4)]
+        return rows + [{"group": f"{host}/d", "hardware": f"cpu:{host}:2c", "template": "conv:T", "gain": 1.0}]
+
+    gains = picks("here", "side-by-side") + picks("there", None)
+    monkeypatch.setattr(pretrain, "heldout_gains", lambda rows, models, seed=0: gains)
+    rows = pretrain.TrainingRows(np.zeros((0, 1)), np.zeros(0), [], np.zeros(0, bool), {}, {}, {}, {}, [])
+    table = pretrain.confidence(rows, ["m"])["hardware"]
+    here, there = (table[f"cpu:{h}:2c"]["templates"]["conv:T"] for h in ("here", "there"))
+    assert here["confident"] and here["side_by_side"]
+    assert not there["confident"] and not there["side_by_side"] and there["geomean_gain"] == here["geomean_gain"]

@@ -2,7 +2,7 @@
 the held-out evidence of where its picks beat the template default (the confidence file beside it).
 
 Usage: python -m xcomp.autotune.pretrain [--db tune.sqlite ...] [--records benchmarks/records ...]
-           -m onnx:light_resnet50 [-m ...] [-t cpu] [-o costmodel/pretrained/cpu.json]
+           -m onnx:light_resnet50 [-m ...] [-t cpu] [-o costmodel/pretrained/cpu.json] [--retime 5]
 
 A record holds a workload key and knobs, not the program: each model's operator groups, partitioned and
 scheduled for the hardware that measured the record, give the records of their key a scheduled program to
@@ -40,6 +40,7 @@ class TrainingRows:
     template: dict  # group -> costmodel.predict.template_key
     models: dict  # workload key -> set of the models (as given) that have it
     specs: dict  # hardware class -> HardwareSpec name
+    knobs: list  # the config of each row
 
     def keys(self) -> list:
         return [g.split("/", 1)[1] for g in self.groups]
@@ -51,7 +52,8 @@ class TrainingRows:
     def subset(self, mask) -> "TrainingRows":
         mask = np.asarray(mask, bool)
         return dataclasses.replace(self, x=self.x[mask], y=self.y[mask], default=self.default[mask],
-                                   groups=[g for g, m in zip(self.groups, mask) if m])
+                                   groups=[g for g, m in zip(self.groups, mask) if m],
+                                   knobs=[k for k, m in zip(self.knobs, mask) if m])
 
 
 def _host_specs(record_dirs) -> dict:
@@ -101,7 +103,7 @@ def collect(models, db_paths=(), record_dirs=(), target="cpu", progress=False) -
     specs = {here.spec.fingerprint(): here.spec, **_host_specs(record_dirs)}
     backends = {here.spec.fingerprint(): here}
     tasks, extractors = {}, {}
-    rows, latencies, groups, defaults = [], [], [], []
+    rows, latencies, groups, defaults, knobs = [], [], [], [], []
     hardware, templates, owners, names = {}, {}, {}, {}
 
     def host(fingerprint):
@@ -139,6 +141,7 @@ def collect(models, db_paths=(), record_dirs=(), target="cpu", progress=False) -
                 latencies.append(record.median_ms if record.ok else np.inf)
                 groups.append(group)
                 defaults.append(record.knobs == task.template.default_knobs())
+                knobs.append(record.knobs)
                 hardware[group] = hardware_class(spec)
                 templates[group] = template_key(task.template, task.group.kind)
                 names[hardware_class(spec)] = spec.name
@@ -146,7 +149,7 @@ def collect(models, db_paths=(), record_dirs=(), target="cpu", progress=False) -
 
     x = np.stack(rows) if rows else np.zeros((0, LENGTH), np.float32)
     return TrainingRows(x, np.asarray(latencies, np.float64), groups, np.asarray(defaults, bool), hardware,
-                        templates, owners, names)
+                        templates, owners, names, knobs)
 
 
 def training_set(models, db_paths, target="cpu"):
@@ -166,7 +169,8 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
     """Each model held out in turn: a cost model trained on the records of every workload it does not have
     picks, per held-out group with a measured default, the config it predicts fastest among that group's
     records. Returns [{group, model, hardware, template, gain}] (gain: costmodel.predict.pick_gain), each group
-    once (in the fold of the first model, in `models` order, that has it)."""
+    once (in the fold of the first model, in `models` order, that has it), and where the pick is not the default,
+    its `knobs`."""
     from xcomp.costmodel import CostModel
     from xcomp.costmodel.predict import pick_gain
 
@@ -186,40 +190,51 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
             if group in seen or not len(default) or not np.isfinite(held.y[mask][default[0]]) or mask.sum() < 2:
                 continue
             seen.add(group)
-            out.append({"group": group, "model": os.path.basename(str(model)), "hardware": rows.hardware[group],
-                        "template": rows.template[group],
-                        "gain": pick_gain(scores[mask], held.y[mask], int(default[0]))})
+            row = {"group": group, "model": os.path.basename(str(model)), "hardware": rows.hardware[group],
+                   "template": rows.template[group], "gain": pick_gain(scores[mask], held.y[mask], int(default[0]))}
+            chosen = np.flatnonzero(mask)[int(np.argmax(scores[mask]))]
+            if not held.default[chosen]:
+                row["knobs"] = held.knobs[chosen]
+            out.append(row)
     return out
 
 
-def confidence(rows: TrainingRows, models, seed: int = 0) -> dict:
+def confidence(rows: TrainingRows, models, seed: int = 0, retime=None) -> dict:
     """The confidence table (without the model's hash): costmodel.predict.judge of the held-out gains, per
-    hardware class and template."""
+    hardware class and template; with `retime` (a retime.Retimer), the gains of the picks this machine's records
+    hold timed again beside their defaults."""
     from xcomp.costmodel import FEATURES_VERSION
     from xcomp.costmodel.predict import POOL, RULE, judge
 
     gains = heldout_gains(rows, models, seed)
+    if retime is not None:
+        gains = retime(gains)
     table = {}
     for row in gains:
-        table.setdefault(row["hardware"], {}).setdefault(row["template"], []).append(row["gain"])
+        table.setdefault(row["hardware"], {}).setdefault(row["template"], []).append(row)
+
+    def verdict(picks):
+        timed = all(p.get("timing") == "side-by-side" for p in picks if "knobs" in p)  # a default pick: 1.0 exactly
+        return judge([p["gain"] for p in picks], side_by_side=timed)
+
     return {
         "features_version": FEATURES_VERSION,
         "rule": RULE,
         "pool": POOL,
         "evaluated": "leave-one-model-out: " + ", ".join(os.path.basename(str(m)) for m in models),
-        "hardware": {hw: {"name": rows.specs.get(hw, hw), "templates": {t: judge(g) for t, g in sorted(by.items())}}
+        "hardware": {hw: {"name": rows.specs.get(hw, hw), "templates": {t: verdict(g) for t, g in sorted(by.items())}}
                      for hw, by in sorted(table.items())},
         "heldout": gains,
     }
 
 
-def train(rows: TrainingRows, models, output, seed: int = 0, provenance=None) -> dict:
+def train(rows: TrainingRows, models, output, seed: int = 0, provenance=None, retime=None) -> dict:
     """Fit on every row, save the model to `output` (with `provenance`, {name: value}, in its attributes) and
-    its confidence table beside it; returns the table."""
+    its confidence table beside it (confidence, with `retime`); returns the table."""
     from xcomp.costmodel import CostModel
     from xcomp.costmodel.predict import confidence_path, file_sha256
 
-    table = confidence(rows, models, seed)
+    table = confidence(rows, models, seed, retime)
     attributes = {k: str(v) for k, v in (provenance or {}).items()}
     CostModel(seed=seed).fit(rows.x, rows.y, rows.groups).save(output, **attributes)
     table = {"model": os.path.basename(os.fspath(output)), "model_sha256": file_sha256(output), **table}
@@ -230,6 +245,7 @@ def train(rows: TrainingRows, models, output, seed: int = 0, provenance=None) ->
 
 
 def main(argv=None):
+    from xcomp.autotune.retime import ROUNDS, Retimer
     from xcomp.costmodel.model import PRETRAINED_PATH
     from xcomp.frontends.examples import resolve
 
@@ -242,6 +258,10 @@ def main(argv=None):
     parser.add_argument("-t", "--target", default="cpu")
     parser.add_argument("-o", "--output", default=PRETRAINED_PATH)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--retime", type=int, default=0, metavar="ROUNDS",
+                        help="time each held-out pick of this machine's records again beside its default, in ROUNDS "
+                             "alternating rounds, and judge by those times (xcomp/autotune/retime.py; 0: off, "
+                             f"the records' times; {ROUNDS} is a sensible choice)")
     args = parser.parse_args(argv)
     if not args.db and not args.records:
         parser.error("give records to learn from: --db and/or --records")
@@ -253,7 +273,8 @@ def main(argv=None):
         parser.error("no record belongs to a group of these models on a host with a known spec")
     summary = {"records": len(rows.y), "workloads": len(set(rows.groups)), "failed": int(np.isinf(rows.y).sum()),
                "models": [os.path.basename(m) for m in args.model], "hardware": sorted(set(rows.specs.values()))}
-    table = train(rows, models, args.output, args.seed, summary)
+    retime = Retimer(models, args.target, args.retime, progress=True) if args.retime else None
+    table = train(rows, models, args.output, args.seed, {**summary, "retime_rounds": args.retime}, retime)
     trusted = {hw: sorted(t for t, v in entry["templates"].items() if v["confident"])
                for hw, entry in table["hardware"].items()}
     print(json.dumps({"output": os.path.abspath(args.output), **summary, "trusted": trusted}))

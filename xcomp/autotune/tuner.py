@@ -313,21 +313,32 @@ class Tuner:
         pick a config) but not for reporting: one slow run of the default would pass for a speedup
         (docs/decisions/tuning-timing.md). Where no in-model step follows (the runner measures on another
         machine), these rounds also make the pick (_pick_side_by_side)."""
+        timed = self.side_by_side(task, default, best, rounds)
+        if timed is None:
+            return
+        workload, times = timed
+        task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
+        if not self.runner.measures_here:
+            self._pick_side_by_side(task, workload, default, best, times)
+
+    def side_by_side(self, task, first: str, second: str, rounds: int = PAIRED_ROUNDS):
+        """(workload, {canonical knobs: [median ms per round]}) of two configs built once and timed together in
+        each of `rounds` rounds, so a drift of the machine's speed reaches both alike; None where one failed or
+        the runner measures later."""
         builds = self.builder.build(task.func_json, self.backend.target_string,
-                                    [json.loads(knobs) for knobs in dict.fromkeys((default, best))])
-        times = {knobs: [] for knobs in (default, best)}  # one list when the best is the default
+                                    [json.loads(knobs) for knobs in dict.fromkeys((first, second))])
+        times = {knobs: [] for knobs in (first, second)}  # one list when both are the same config
+        workload = None
         for _ in range(rounds):
             try:
                 workload, results = self._run(task, builds)
             except MeasurementDeferred:
-                return
+                return None
             for result in results:
                 if result.error is not None:
-                    return
+                    return None
                 times[canonical_knobs(result.knobs)].append(result.median_ms)
-        task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
-        if not self.runner.measures_here:
-            self._pick_side_by_side(task, workload, default, best, times)
+        return workload, times
 
     def _pick_side_by_side(self, task, workload, default: str, best: str, times: dict) -> None:
         """The fastest alone replaces the default only where it was faster in every round side by side, else the
