@@ -41,6 +41,9 @@ class Template(abc.ABC):
     kind: str = ""
     #: every knob knob_space may hold (a group's space may hold fewer)
     knobs: tuple[Knob, ...] = ()
+    #: groups whose best configs differ from this template's other groups', so that a zero-measurement verdict on
+    #: some (costmodel.predict.template_key) never vouches for the others; "" where one verdict serves them all
+    regime: str = ""
 
     def __init__(self, func, ctx):
         self.func = func  # tvm.tirx.PrimFunc, unscheduled

@@ -15,13 +15,13 @@ from xcomp.costmodel.predict import (Predictor, candidates, confidence_path, fil
                                      load_predictor, pick_gain, template_key)
 
 
-def _gemm_relu():
-    """x[64,64] @ W + relu: one matmul group with a knob space, one elementwise group."""
+def _gemm_relu(rows=64):
+    """x[rows,64] @ W + relu: one matmul group with a knob space, one elementwise group."""
     rng = np.random.default_rng(0)
     weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
     return make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["h"]), onnx.helper.make_node("Relu", ["h"], ["y"])],
-                      [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
-                      [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+                      [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [rows, 64])],
+                      [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [rows, 64])], [weight])
 
 
 class _LastWins:
@@ -41,13 +41,13 @@ def _trusting(templates, spec):
     return {"hardware": {hardware_class(spec): {"templates": {t: {"confident": True} for t in templates}}}}
 
 
-def _matmul_template():
+def _matmul_template(rows=64):
     from xcomp import schedules
     from xcomp.frontends import load_onnx
     from xcomp.graph.partition import partition
 
     backend = _backend()
-    _, groups = partition(load_onnx(_gemm_relu()).mod, backend.spec)
+    _, groups = partition(load_onnx(_gemm_relu(rows)).mod, backend.spec)
     group = next(g for g in groups if g.kind == "matmul")
     return group, schedules.get_template(group.func, backend.schedule_context())
 
@@ -72,6 +72,17 @@ def test_the_model_s_pick_where_the_evidence_trusts_the_template():
     assert pool[0] == template.default_knobs() and len(pool) > 1
     assert pool == candidates(template, seed=group.key)  # the same candidates on every compile
     assert predictor.pick(template, group.kind, seed=group.key) == pool[-1]
+
+
+def test_trust_earned_on_a_classifier_s_row_does_not_reach_a_gemm():
+    backend = _backend()
+    gemv_group, gemv = _matmul_template(rows=1)
+    gemm_group, gemm = _matmul_template(rows=64)
+    assert template_key(gemv, "matmul") != template_key(gemm, "matmul")
+    predictor = Predictor(_LastWins(), _trusting([template_key(gemv, "matmul")], backend.spec), backend.spec,
+                          backend.target())
+    assert predictor.pick(gemv, "matmul", seed=gemv_group.key) is not None
+    assert predictor.pick(gemm, "matmul", seed=gemm_group.key) is None
 
 
 def _with_made_up_predictor(monkeypatch):

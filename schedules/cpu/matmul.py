@@ -124,6 +124,8 @@ class MatmulTemplate(CpuTemplate):
                            and [int(iv.dom.extent) for iv in out][:len(batch) + 2] == list(main.extents[:-1]))
         if self.flat_batch:
             self.m *= math.prod(batch)
+        # a classifier's or a decode step's few rows stream B once; a GEMM's rows reuse it from the caches
+        self.regime = "gemv" if self.m is not None and self.m < FEW_ROWS else "gemm"
         if self.layout == "packed":
             self.lanes = int(b_load.source.shape[-1])
         elif self.columns_padded_here:  # padded to whole tiles of full vectors in apply()
