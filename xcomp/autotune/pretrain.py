@@ -170,7 +170,7 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
     picks, per held-out group with a measured default, the config it predicts fastest among that group's
     records. Returns [{group, model, hardware, template, gain}] (gain: costmodel.predict.pick_gain), each group
     once (in the fold of the first model, in `models` order, that has it), and where the pick is not the default,
-    its `knobs`."""
+    its `knobs` and `margin`, its score less the default's (the pairwise objective's log-odds that it is faster)."""
     from xcomp.costmodel import CostModel
     from xcomp.costmodel.predict import pick_gain
 
@@ -195,6 +195,7 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
             chosen = np.flatnonzero(mask)[int(np.argmax(scores[mask]))]
             if not held.default[chosen]:
                 row["knobs"] = held.knobs[chosen]
+                row["margin"] = round(float(scores[chosen] - scores[np.flatnonzero(mask)[default[0]]]), 4)
             out.append(row)
     return out
 
