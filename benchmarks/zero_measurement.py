@@ -31,8 +31,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDS = os.path.join(HERE, "records")
 
@@ -61,12 +59,12 @@ def _ungated(folder, table) -> str:
 def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, progress, ungated=False, retime=None):
     """The compiles of `model` and their medians; rows: pretrain.collect over every model; retime: a
     retime.Retimer the confidence table is judged with (None: the records' times)."""
-    import xcomp
-    from xcomp.autotune import pretrain
-    from xcomp.autotune.db import TuningDB
+    from costmodel_ab import predicted_groups, time_builds
     from xcomp.costmodel.predict import hardware_class
     from xcomp.frontends.examples import resolve
-    from xcomp.report.bench import alternating_blocks
+
+    from xcomp.autotune import pretrain
+    from xcomp.autotune.db import TuningDB
 
     folder = os.path.join(scratch, _name(model))
     os.makedirs(folder)
@@ -82,29 +80,16 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
               ("tuned", {"costmodel": False, "tune_db": db})]
     if ungated:
         builds.append(("ungated", {"costmodel": _ungated(folder, table)}))
-    modules, compile_s = {}, {}
-    for name, kwargs in builds:
-        start = time.perf_counter()
-        modules[name] = xcomp.compile(path, **kwargs)
-        compile_s[name] = time.perf_counter() - start
-    inputs = modules["default"].random_inputs(seed)
-    reference = modules["default"].run(inputs)
-    for name in list(modules)[1:]:
-        for (out, got), want in zip(modules[name].run(inputs).items(), reference.values()):
-            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{model} {name}: output {out}")
-    steady, _ = alternating_blocks({name: (lambda m=m: m.run(inputs)) for name, m in modules.items()}, repeat,
-                                   warmup, progress=progress)
-    ms = {name: float(np.median(times)) for name, times in steady.items()}
-    quartiles = {name: [float(q) for q in np.percentile(times, [25, 75])] for name, times in steady.items()}
+    modules, compile_s, ms, quartiles = time_builds(path, builds, repeat, warmup, seed, progress)
     gain = ms["default"] - ms["tuned"]
 
     def predicted(name):
         """(groups the build `name` gives the cost model's pick, its share of the tuning gain)"""
-        groups = [c["source"] for c in modules[name].info["schedules"].values()].count("costmodel")
+        groups = predicted_groups(modules[name])
         # with no group predicted the build is the default's program: recovered is 0, their difference the noise
         return groups, None if gain <= 0 else 0.0 if not groups else (ms["default"] - ms[name]) / gain
 
-    predicted_groups, recovered = predicted("predicted")
+    groups, recovered = predicted("predicted")
     here = table["hardware"].get(hardware_class(modules["default"].spec), {}).get("templates", {})
     trusted = sorted(t for t, v in here.items() if v["confident"])  # on this host's class: what "predicted" used
     extra = dict(zip(("ungated_groups", "ungated_recovered"), predicted("ungated"))) if ungated else {}
@@ -113,7 +98,7 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
         "ms": ms,
         "quartiles_ms": quartiles,
         "recovered": recovered,
-        "predicted_groups": predicted_groups,
+        "predicted_groups": groups,
         "unique_groups": len(modules["predicted"].info["schedules"]),
         "trusted_templates": trusted,
         "compile_s": compile_s,
@@ -124,10 +109,11 @@ def held_out(model, rows, models, records_dir, scratch, repeat, warmup, seed, pr
 
 
 def main():
-    from xcomp.autotune import pretrain
-    from xcomp.autotune.retime import Retimer
     from xcomp.backends import get_backend
     from xcomp.frontends.examples import resolve
+
+    from xcomp.autotune import pretrain
+    from xcomp.autotune.retime import Retimer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", action="append", required=True, help="onnx:NAME or .onnx (repeatable)")
