@@ -39,7 +39,7 @@ def hardware_class(spec) -> str:
 def template_key(template, kind: str) -> str:
     """What a confidence entry is about: a template class serving one group kind (the generic template schedules
     pools, reductions and elementwise groups, whose best configs differ), in one regime of its groups where it has
-    them (matmul's picks on classifier rows once won five of five and then slowed a decoder's GEMMs 2.8x)."""
+    them (Template.regime: picks that win on classifier rows say nothing about a decoder's GEMMs)."""
     return f"{kind}:{type(template).__name__}" + (f":{template.regime}" if template.regime else "")
 
 
