@@ -332,6 +332,39 @@ def test_retimed_picks_are_this_machine_s_timed_beside_their_defaults(tmp_path, 
     assert failed["gain"] == 0.0
 
 
+def test_re_timed_gains_are_kept_for_retrains_on_other_hosts(tmp_path, monkeypatch):
+    """A re-timed pick's gain is saved in its host's records folder. A later run that times nothing (as on another
+    host) judges the same pick against the same default by it, and keeps the records' gain for a pick against
+    another default or a pick never timed."""
+    import json
+
+    from xcomp.autotune.retime import RETIMED_FILE, RetimedGains, Retimer
+
+    path = tmp_path / "gemm.onnx"
+    onnx.save(_gemm_relu(), path)
+    backend = _backend()
+    group, template = _matmul_template()
+    default = template.default_knobs()
+    other, third = [k for k in candidates(template, limit=8, seed=group.key)[1:] if k != default][:2]
+    host = tmp_path / "records" / backend.spec.fingerprint()
+    host.mkdir(parents=True)
+    (host / "spec.json").write_text(json.dumps(backend.spec.to_dict()))
+    mine = f"{backend.spec.fingerprint()}/{group.key}"
+    monkeypatch.setattr(Retimer, "_gain", lambda self, tuner, row: 1.25)
+    pick = {"group": mine, "gain": 7.0, "knobs": other, "default_knobs": default, "template": "matmul:T"}
+    Retimer([str(path)], rounds=2, stored=RetimedGains([str(tmp_path / "records")]))([pick])
+    saved = json.loads((host / RETIMED_FILE).read_text())
+    assert [(e["group"], e["gain"], e["rounds"]) for e in saved] == [(mine, 1.25, 2)]
+
+    monkeypatch.setattr(Retimer, "_gain", lambda self, tuner, row: pytest.fail("nothing is timed with 0 rounds"))
+    later = Retimer([str(path)], rounds=0, stored=RetimedGains([str(tmp_path / "records")]))
+    moved_default = {**pick, "default_knobs": other, "knobs": default}
+    untimed = {**pick, "knobs": third}
+    found, moved, never = later([pick, moved_default, untimed])
+    assert found["gain"] == 1.25 and found["timing"] == "side-by-side" and found["record_gain"] == 7.0
+    assert moved == moved_default and never == untimed
+
+
 def test_only_picks_timed_side_by_side_earn_trust(monkeypatch):
     """Gains read from tuning records judge a template but cannot make it trusted; the same gains re-timed beside
     the defaults can. A group whose pick is its default needs no timing."""

@@ -170,7 +170,8 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
     picks, per held-out group with a measured default, the config it predicts fastest among that group's
     records. Returns [{group, model, hardware, template, gain}] (gain: costmodel.predict.pick_gain), each group
     once (in the fold of the first model, in `models` order, that has it), and where the pick is not the default,
-    its `knobs` and `margin`, its score less the default's (the pairwise objective's log-odds that it is faster)."""
+    its `knobs`, the `default_knobs` it is measured against and `margin`, its score less the default's (the
+    pairwise objective's log-odds that it is faster)."""
     from xcomp.costmodel import CostModel
     from xcomp.costmodel.predict import pick_gain
 
@@ -195,6 +196,7 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
             chosen = np.flatnonzero(mask)[int(np.argmax(scores[mask]))]
             if not held.default[chosen]:
                 row["knobs"] = held.knobs[chosen]
+                row["default_knobs"] = held.knobs[np.flatnonzero(mask)[default[0]]]
                 row["margin"] = round(float(scores[chosen] - scores[np.flatnonzero(mask)[default[0]]]), 4)
             out.append(row)
     return out
@@ -202,8 +204,8 @@ def heldout_gains(rows: TrainingRows, models, seed: int = 0) -> list:
 
 def confidence(rows: TrainingRows, models, seed: int = 0, retime=None) -> dict:
     """The confidence table (without the model's hash): costmodel.predict.judge of the held-out gains, per
-    hardware class and template; with `retime` (a retime.Retimer), the gains of the picks this machine's records
-    hold timed again beside their defaults."""
+    hardware class and template; with `retime` (a retime.Retimer), the gains of picks timed beside their
+    defaults: this machine's timed again, any host's kept in the records folders."""
     from xcomp.costmodel import FEATURES_VERSION
     from xcomp.costmodel.predict import POOL, RULE, judge
 
@@ -246,7 +248,7 @@ def train(rows: TrainingRows, models, output, seed: int = 0, provenance=None, re
 
 
 def main(argv=None):
-    from xcomp.autotune.retime import ROUNDS, Retimer
+    from xcomp.autotune.retime import ROUNDS, RetimedGains, Retimer
     from xcomp.costmodel.model import PRETRAINED_PATH
     from xcomp.frontends.examples import resolve
 
@@ -261,8 +263,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--retime", type=int, default=0, metavar="ROUNDS",
                         help="time each held-out pick of this machine's records again beside its default, in ROUNDS "
-                             "alternating rounds, and judge by those times (xcomp/autotune/retime.py; 0: off, "
-                             f"the records' times; {ROUNDS} is a sensible choice)")
+                             "alternating rounds, judge by those times, and keep them in its records folder "
+                             f"(retimed.json; xcomp/autotune/retime.py). {ROUNDS} is a sensible choice; 0 (the "
+                             "default): time nothing, and judge by the gains kept there, else the records' times")
     args = parser.parse_args(argv)
     if not args.db and not args.records:
         parser.error("give records to learn from: --db and/or --records")
@@ -274,7 +277,8 @@ def main(argv=None):
         parser.error("no record belongs to a group of these models on a host with a known spec")
     summary = {"records": len(rows.y), "workloads": len(set(rows.groups)), "failed": int(np.isinf(rows.y).sum()),
                "models": [os.path.basename(m) for m in args.model], "hardware": sorted(set(rows.specs.values()))}
-    retime = Retimer(models, args.target, args.retime, progress=True) if args.retime else None
+    # every run judges by the side-by-side gains kept in the records folders; --retime adds this machine's own
+    retime = Retimer(models, args.target, args.retime, progress=True, stored=RetimedGains(args.records))
     table = train(rows, models, args.output, args.seed, {**summary, "retime_rounds": args.retime}, retime)
     trusted = {hw: sorted(t for t, v in entry["templates"].items() if v["confident"])
                for hw, entry in table["hardware"].items()}
