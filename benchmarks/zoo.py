@@ -194,7 +194,10 @@ def bench(path, repeat, timeout_s, db=None):
     row = {"compile_s": target["first_run"]["compile_s"], "xcomp_ms": target["latency"]["median_ms"],
            "onnxruntime_ms": ort["latency"]["median_ms"],
            "ratio": target["latency"]["median_ms"] / ort["latency"]["median_ms"], "max_abs_diff": diff,
-           "reference_max_abs": scale, "relative_diff": diff / scale if scale > 0 else diff}
+           "reference_max_abs": scale, "relative_diff": diff / scale if scale > 0 else diff,
+           # the baseline moves with its version (a new checkout takes the newest onnxruntime): ratios from runs
+           # with different versions are not comparable
+           "versions": {k: report["versions"][k] for k in ("onnxruntime", "tvm", "onnx", "numpy")}}
     if row["relative_diff"] > TOLERANCE:
         row["error"] = (f"mismatch: max |xcomp - onnxruntime| {diff:.3g} is {row['relative_diff']:.2g} of the "
                         f"largest |output| {scale:.3g} (> {TOLERANCE:g})")
