@@ -306,6 +306,50 @@ def test_a_config_that_does_not_apply_is_a_failure_not_the_default(tmp_path, mon
     assert choice.source == "database" and choice.knobs == default
 
 
+def test_compile_db_leaves_out_a_pick_tuned_against_another_default(tmp_path):
+    """A pick beat the default of its tuning run. Where that run never measured the template's current default
+    (the default changed since), or the pick has knobs the template no longer takes, compile --db builds today's
+    default and a note says why; once a search has measured today's default, the pick is used again."""
+    import time
+
+    from xcomp.autotune.db import Record
+    from xcomp.autotune.tuner import model_tasks
+    from xcomp.backends import get_backend
+    from xcomp.costmodel.predict import candidates
+
+    backend = get_backend("cpu")
+    model = _gemm_model()
+    (task,), _ = model_tasks(model, backend, None)
+    template, key = task.template, task.group.key
+    default = template.default_knobs()
+    old_default, pick = [k for k in candidates(template, limit=8, seed=key)[1:] if k != default][:2]
+    path = str(tmp_path / "t.sqlite")
+    target, fingerprint = backend.target_string, backend.spec.fingerprint()
+
+    def record(knobs, ms, timing, when):
+        return Record(key, task.group.kind, target, fingerprint, knobs, [ms] * 3, created=when, timing=timing)
+
+    start = time.time()
+    with TuningDB(path) as db:
+        db.add_batch([record(old_default, 1.0, Timing.COLD, start), record(pick, 0.5, Timing.COLD, start + 1),
+                      record(pick, 0.5, Timing.IN_MODEL, start + 2)])
+    choice = xcomp.compile(model, tune_db=path, costmodel=False).info["schedules"][key]
+    assert choice["knobs"] is None and choice["source"].startswith("default (stale record: it was tuned against")
+    notes = xcomp.compile(model, tune_db=path, costmodel=False).info["notes"]
+    assert any("1 of 1 unique groups do not use their tuning record" in n for n in notes)
+
+    with TuningDB(path) as db:  # a later search measured today's default
+        db.add_batch([record(default, 0.9, Timing.COLD, start + 3)])
+    assert xcomp.compile(model, tune_db=path, costmodel=False).info["schedules"][key] == {
+        "knobs": pick, "source": "database"}
+
+    older = {name: value for name, value in pick.items() if name != next(iter(pick))}  # a knob since added
+    with TuningDB(path) as db:
+        db.add_batch([record(older, 0.1, Timing.IN_MODEL, start + 4)])
+    choice = xcomp.compile(model, tune_db=path, costmodel=False).info["schedules"][key]
+    assert choice["knobs"] is None and "older version of the template" in choice["source"]
+
+
 def _benchmark_workloads():
     """benchmarks/workloads.py, which the tuning benchmarks share."""
     import os

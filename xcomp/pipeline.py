@@ -60,11 +60,30 @@ def _shape_funcs_noalias():
     return _pass
 
 
-def schedule_group(group, ctx, knobs, predictor=None):
+# the source's reason where a database config is left out because the template moved on since it was tuned
+STALE_RECORD = "stale record"
+
+
+def _stale(template, knobs, searched) -> str | None:
+    """Why a database config must not replace the template's default now, else None. `searched`: the configs
+    the group's newest tuning search measured, that run's default among them. A config is the pick of a run that
+    beat that run's default; where the default has changed since, nothing says it beats today's."""
+    from xcomp.autotune.db import canonical_knobs
+
+    if not template.in_space(knobs):
+        return "its knobs are of an older version of the template; re-tune"
+    if canonical_knobs(template.default_knobs()) not in searched:
+        return "it was tuned against another default than the template's current one; re-tune"
+    return None
+
+
+def schedule_group(group, ctx, knobs, predictor=None, searched=None):
     """Scheduled PrimFunc for a group and where its schedule came from: the database's config, else (no
     record, `predictor` given and trusted for the group's template here) the cost model's predicted config, else
     the template default, else the template's safe fallback (CPU: the generic schedule), else (CPU) the plain
-    func. Each step down says why in the source, e.g. "default (database failed: ...)"."""
+    func. Each step down says why in the source, e.g. "default (database failed: ...)". `searched` (with a
+    database config): the configs its tuning run measured; a config that run did not compare with today's default
+    is not used (_stale)."""
     from xcomp import schedules
 
     reasons = []
@@ -81,6 +100,11 @@ def schedule_group(group, ctx, knobs, predictor=None):
         raise
     except Exception as err:  # a template's bug: a silently slower fallback would hide it
         raise InternalError(f"template for group {group.name} ({group.kind}) failed: {describe(err)}") from err
+    if knobs is not None and searched is not None and template is not None:
+        why = _stale(template, knobs, searched)
+        if why:
+            reasons.append(f"{STALE_RECORD}: {why}")
+            knobs = None
     attempts = [(knobs, "database")] if knobs is not None else []
     if knobs is None and predictor is not None and template is not None and not group.symbols:
         try:
@@ -106,19 +130,20 @@ def schedule_group(group, ctx, knobs, predictor=None):
     return group.func, ScheduleChoice(None, "unscheduled (" + "; ".join(reasons) + ")")
 
 
-def schedule_module(mod, groups, ctx, best_knobs=None, progress=True, predictor=None):
+def schedule_module(mod, groups, ctx, best_knobs=None, progress=True, predictor=None, searched=None):
     """Replace every group's PrimFunc with its scheduled version; identical groups are scheduled once.
-    `predictor` (costmodel.predict): picks configs for groups without a database config (schedule_group)."""
+    `predictor` (costmodel.predict): picks configs for groups without a database config; `searched`: {group key:
+    the configs its tuning run measured} for the database's configs (schedule_group)."""
     from xcomp.graph.partition import unique_groups
 
-    best_knobs = best_knobs or {}
+    best_knobs, searched = best_knobs or {}, searched or {}
     choices = {}
     scheduled = {}
     merged = unique_groups(groups)
     groups_bar = bar(merged.items(), desc="schedule", unit="group", enabled=progress, leave=False)
     for key, (rep, _count) in groups_bar:
         groups_bar.set_postfix_str(rep.kind)
-        func, choice = schedule_group(rep, ctx, best_knobs.get(key), predictor)
+        func, choice = schedule_group(rep, ctx, best_knobs.get(key), predictor, searched.get(key))
         scheduled[key] = func
         choices[key] = choice
     for group in groups:
@@ -181,14 +206,17 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         steps.set_postfix_str("partition")
         notes = []  # what the user should know about how the model was compiled (an optimisation left out)
         mod, groups = partition(imported.mod, backend.spec, notes)
-        best_knobs = None
+        best_knobs, searched = None, {}
         if tune_db is not None:
             from xcomp.autotune.db import TuningDB
 
+            target, fingerprint = backend.target_string, backend.spec.fingerprint()
             with TuningDB(tune_db) as db:
-                best_knobs = db.best_knobs(groups, backend.target_string, backend.spec.fingerprint())
-        if group_knobs:
+                best_knobs = db.best_knobs(groups, target, fingerprint)
+                searched = {key: db.searched_knobs(key, target, fingerprint) for key in best_knobs}
+        if group_knobs:  # the caller's own configs: used as given
             best_knobs = {**(best_knobs or {}), **group_knobs}
+            searched = {key: knobs for key, knobs in searched.items() if key not in group_knobs}
         timings["partition_s"] = time.perf_counter() - t
         steps.update()
 
@@ -196,7 +224,7 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         steps.set_postfix_str("schedule")
         predictor = _predictor(backend, costmodel)
         mod, choices = schedule_module(mod, groups, backend.schedule_context(), best_knobs, progress=progress,
-                                       predictor=predictor)
+                                       predictor=predictor, searched=searched)
         timings["schedule_s"] = time.perf_counter() - t
         if predictor is not None:
             timings["predict_s"] = predictor.seconds
@@ -223,7 +251,8 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
             "float32_math": math,
             "fresh_outputs": fresh_outputs,
             "schedules": {k: dataclasses.asdict(c) for k, c in choices.items()},
-            "notes": notes + _schedule_notes(groups, choices) + _costmodel_notes(choices) + math_notes,
+            "notes": (notes + _schedule_notes(groups, choices) + _stale_notes(choices) + _costmodel_notes(choices)
+                      + math_notes),
         },
         bound_inputs=imported.bound_inputs,
     )
@@ -272,12 +301,21 @@ def _schedule_notes(groups, choices) -> list:
     """A line per unique group whose schedule stepped down from the template's own (or the database's) config."""
     names = {g.key: g.name for g in groups}
     return [f"group {names[key]}: schedule {choice.source}" for key, choice in choices.items()
-            if choice.source not in ("database", "default", "costmodel")]
+            if choice.source not in ("database", "default", "costmodel") and STALE_RECORD not in choice.source]
+
+
+def _stale_notes(choices) -> list:
+    """One line saying how many unique groups left their tuning record out because the template moved on."""
+    stale = sum(STALE_RECORD in choice.source for choice in choices.values())
+    if not stale:
+        return []
+    return [f"{stale} of {len(choices)} unique groups do not use their tuning record: it was tuned against another "
+            "default, or with other knobs, than their template has now (re-tune with xcomp tune --db to use them)"]
 
 
 def _costmodel_notes(choices) -> list:
     """One line saying how many unique groups run the cost model's predicted config instead of the default."""
-    predicted = sum(choice.source == "costmodel" for choice in choices.values())
+    predicted = sum(choice.source.split(" (")[0] == "costmodel" for choice in choices.values())
     if not predicted:
         return []
     return [f"{predicted} of {len(choices)} unique groups use the cost model's predicted config, not the template "

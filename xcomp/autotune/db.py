@@ -302,6 +302,15 @@ class TuningDB:
                     break
         return best
 
+    def searched_knobs(self, workload_key, target, hw_fingerprint) -> set:
+        """Canonical knobs the group's newest tuning search measured (on this hardware, else on any machine, as
+        best_knobs chooses), that run's template default among them: the tuner always measures it first."""
+        for machine in (hw_fingerprint, None):
+            timing = self.latest_timing(workload_key, target, machine, picks=False)
+            if timing:
+                return self.measured_knobs(workload_key, target, machine, timing)
+        return set()
+
     def search_records(self, target, hw_fingerprint) -> list:
         """The records of every group measured on this hardware that its newest search timed as it did: what a
         cost model learns from (records timed otherwise, or inside the model, rank configs differently)."""
