@@ -210,10 +210,10 @@ def compile_model(model, target="cpu", input_shapes=None, tune_db=None, progress
         if tune_db is not None:
             from xcomp.autotune.db import TuningDB
 
-            target, fingerprint = backend.target_string, backend.spec.fingerprint()
+            target_string, fingerprint = backend.target_string, backend.spec.fingerprint()
             with TuningDB(tune_db) as db:
-                best_knobs = db.best_knobs(groups, target, fingerprint)
-                searched = {key: db.searched_knobs(key, target, fingerprint) for key in best_knobs}
+                best_knobs = db.best_knobs(groups, target_string, fingerprint)
+                searched = {key: db.searched_knobs(key, target_string, fingerprint) for key in best_knobs}
         if group_knobs:  # the caller's own configs: used as given
             best_knobs = {**(best_knobs or {}), **group_knobs}
             searched = {key: knobs for key, knobs in searched.items() if key not in group_knobs}
