@@ -333,10 +333,10 @@ def test_compile_db_leaves_out_a_pick_tuned_against_another_default(tmp_path):
     with TuningDB(path) as db:
         db.add_batch([record(old_default, 1.0, Timing.COLD, start), record(pick, 0.5, Timing.COLD, start + 1),
                       record(pick, 0.5, Timing.IN_MODEL, start + 2)])
-    choice = xcomp.compile(model, tune_db=path, costmodel=False).info["schedules"][key]
+    info = xcomp.compile(model, tune_db=path, costmodel=False).info
+    choice = info["schedules"][key]
     assert choice["knobs"] is None and choice["source"].startswith("default (stale record: it was tuned against")
-    notes = xcomp.compile(model, tune_db=path, costmodel=False).info["notes"]
-    assert any("1 of 1 unique groups do not use their tuning record" in n for n in notes)
+    assert any("1 of 1 unique groups do not use their tuning record" in n for n in info["notes"])
 
     with TuningDB(path) as db:  # a later search measured today's default
         db.add_batch([record(default, 0.9, Timing.COLD, start + 3)])

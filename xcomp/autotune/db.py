@@ -294,22 +294,27 @@ class TuningDB:
         ended timing its fastest configs inside the model (autotune/in_model.py), those records are the newest."""
         best = {}
         for group in groups:
-            for machine in (hw_fingerprint, None):
-                timing = self.latest_timing(group.key, target, machine)
-                hit = self.best(group.key, target, machine, timing) if timing else None
-                if hit:
-                    best[group.key] = hit[0]
-                    break
+            found = self._tuned_on(group.key, target, hw_fingerprint)
+            hit = self.best(group.key, target, *found) if found else None
+            if hit:
+                best[group.key] = hit[0]
         return best
 
     def searched_knobs(self, workload_key, target, hw_fingerprint) -> set:
-        """Canonical knobs the group's newest tuning search measured (on this hardware, else on any machine, as
-        best_knobs chooses), that run's template default among them: the tuner always measures it first."""
+        """Canonical knobs the group's newest tuning search measured, on the machine whose records best_knobs
+        reads, that run's template default among them: the tuner always measures it first."""
+        found = self._tuned_on(workload_key, target, hw_fingerprint)
+        timing = self.latest_timing(workload_key, target, found[0], picks=False) if found else None
+        return self.measured_knobs(workload_key, target, found[0], timing) if timing else set()
+
+    def _tuned_on(self, workload_key, target, hw_fingerprint):
+        """(machine, timing) of the records best_knobs reads for a group: this hardware's where it has a
+        successful record, else any machine's (machine None), timed as the newest of them; None where none is."""
         for machine in (hw_fingerprint, None):
-            timing = self.latest_timing(workload_key, target, machine, picks=False)
+            timing = self.latest_timing(workload_key, target, machine)
             if timing:
-                return self.measured_knobs(workload_key, target, machine, timing)
-        return set()
+                return machine, timing
+        return None
 
     def search_records(self, target, hw_fingerprint) -> list:
         """The records of every group measured on this hardware that its newest search timed as it did: what a
