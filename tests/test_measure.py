@@ -81,6 +81,57 @@ def test_warm_timing_averages_number_runs_per_sample(built):
     assert result.ok and len(result.latencies_ms) == 3
 
 
+class _RecordingMeasurer:
+    """Answers like IsolatedMeasurer, one latency per timed run (the slice's index), and keeps the requests."""
+
+    def __init__(self, fails_at=None):
+        self.requests, self.fails_at = [], fails_at or {}
+
+    def measure(self, request):
+        self.requests.append(request)
+        index = sum(r["artifact"] == request["artifact"] for r in self.requests) - 1
+        if self.fails_at.get(request["artifact"]) == index:
+            return {"error": "run: crashed (exit code -11)"}
+        return {"latencies_ms": [float(index)] * request["number"] * request["repeat"]}
+
+    def close(self):
+        pass
+
+
+def test_timed_runs_are_sliced_round_robin_over_every_candidate_measured_together():
+    """Each candidate's 15 cold runs come in 3 slices of 5, taken in turns over all the candidates of all the
+    workloads measured together; only the first slice checks the numerics; a candidate failing in a later slice
+    fails, and is not timed again."""
+    runner = LocalRunner(number=3, repeat=5)
+    runner._measurer = _RecordingMeasurer(fails_at={"b.so": 1})
+    params = [((N,), "float32"), ((N,), "float32")]
+    jobs = [("ref1.so", [BuildResult({"k": "a"}, "a.so"), BuildResult({"k": "b"}, "b.so")], "cpu", params, None),
+            ("ref2.so", [BuildResult({"k": "c"}, "c.so"), BuildResult({"k": "d"}, None, "build: invalid")], "cpu",
+             params, None)]
+    (a, b), (c, d) = runner.run_many(jobs)
+    order = [(r["artifact"], r["check"], r["number"] * r["repeat"]) for r in runner._measurer.requests]
+    assert order == [("a.so", True, 5), ("b.so", True, 5), ("c.so", True, 5),
+                     ("a.so", False, 5), ("b.so", False, 5), ("c.so", False, 5),
+                     ("a.so", False, 5), ("c.so", False, 5)]
+    assert a.latencies_ms == c.latencies_ms == [0.0] * 5 + [1.0] * 5 + [2.0] * 5
+    assert b.error == "run: crashed (exit code -11)" and not b.ok
+    assert d.error == "build: invalid" and not d.ok
+    assert [r["reference"] for r in runner._measurer.requests[:3]] == ["ref1.so", "ref1.so", "ref2.so"]
+
+
+def test_slices_split_the_runs_a_timing_takes():
+    from xcomp.autotune.measure import timed_slices
+
+    cold = {"device": "cpu", "cold_weights": True, "number": 3, "repeat": 5}
+    assert timed_slices(cold, 3) == [{"number": 1, "repeat": 5}] * 3
+    assert timed_slices({**cold, "number": 2, "repeat": 2}, 3) == [{"number": 1, "repeat": 2},
+                                                                    {"number": 1, "repeat": 1},
+                                                                    {"number": 1, "repeat": 1}]
+    warm = {**cold, "cold_weights": False}  # repeat means of `number` runs: the means are sliced
+    assert timed_slices(warm, 3) == [{"repeat": 2}, {"repeat": 2}, {"repeat": 1}]
+    assert timed_slices({**warm, "repeat": 1}, 3) == [{"repeat": 1}]
+
+
 @pytest.mark.parametrize("evict_private_bytes", [0, 1 << 20], ids=["flush-to-memory", "evict-private-caches"])
 def test_the_cold_preprocessor_rewrites_the_input_with_its_own_values(evict_private_bytes):
     """Before each cold run the data input is written anew by every thread (as its producer would have): the

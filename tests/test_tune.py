@@ -717,6 +717,44 @@ def test_weights_that_stay_in_the_last_level_cache_are_timed_there(tmp_path):
     assert LocalRunner().timing("cpu", tuner.evict_private_bytes) == Timing.LLC
 
 
+class _ManyRunner(_FakeRunner):
+    """A runner that measures several workloads at once, as LocalRunner slices them; keeps each call's jobs."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run_many(self, jobs):
+        self.calls.append(jobs)
+        return [self.run(*job) for job in jobs]
+
+
+def test_every_group_s_default_is_timed_in_one_pass_where_the_runner_can(tmp_path):
+    """The defaults of all groups go to the runner together (LocalRunner.run_many slices them round-robin), each
+    with its own reference and workload, and each group's default time is its record's."""
+    from xcomp.autotune.db import canonical_knobs
+    from xcomp.autotune.tuner import Tuner, model_tasks
+    from xcomp.backends import get_backend
+
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])
+    weight = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    model = make_model([onnx.helper.make_node("MatMul", ["x", "W"], ["h"]),
+                        onnx.helper.make_node("Softmax", ["h"], ["y"], axis=-1)], [x], [y], [weight])
+    backend = get_backend("cpu")
+    tasks = model_tasks(model, backend, None)[0]
+    assert len(tasks) == 2
+    runner = _ManyRunner()
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        Tuner(backend, db, seed=0, runner=runner, builder=_FakeBuilder(), progress=False).start(tasks)
+        (jobs,) = runner.calls
+        assert [job[4].key for job in jobs] == [task.group.key for task in tasks]
+        for task, (reference, (build,), *_) in zip(tasks, jobs):
+            assert reference == task.reference and build.knobs == task.template.default_knobs()
+            (record,) = db.records(task.group.key)
+            assert record.median_ms == task.default_ms
+            assert canonical_knobs(record.knobs) == canonical_knobs(task.template.default_knobs())
+
+
 def _best_knobs(db_path, groups, target, fingerprint) -> dict:
     """What xcomp.compile(..., tune_db=db_path) builds each group with."""
     from xcomp.autotune.db import TuningDB

@@ -22,7 +22,7 @@ import numpy as np
 from xcomp.autotune.bundle_run import INPUT_SEED, IsolatedMeasurer, device_kind, failure_reason, request_timing
 from xcomp.autotune.bundle_run import random_args  # noqa: F401 - re-exported: profiles and tests make inputs too
 from xcomp.autotune.db import Record
-from xcomp.timing import Timing
+from xcomp.timing import CACHE_POLICIES, Timing
 
 # -- results ----------------------------------------------------------------------------------------------------
 
@@ -213,25 +213,68 @@ class Runner(abc.ABC):
         return results
 
 
+# Slices a candidate's timed runs are split into, taken round-robin over every candidate measured together. A
+# 2-vCPU VM of this project ran parallel kernels at one core's speed for spells of tens of milliseconds, long
+# enough to hold all of one candidate's runs; sliced, a candidate's time samples that many moments of the machine
+# (docs/decisions/tuning-timing.md, "Spells of one core").
+SLICES = 3
+
+
+def timed_slices(request: dict, slices: int) -> list:
+    """The request's timed runs as up to `slices` requests of fewer ({"number", "repeat"} each) that add up to
+    them: single runs under a cache policy (number x repeat of them), else the `repeat` means of `number` runs."""
+    if request_timing(request) in CACHE_POLICIES:
+        runs = request["number"] * request["repeat"]
+        return [{"number": 1, "repeat": runs // slices + (i < runs % slices)} for i in range(min(slices, runs))]
+    repeat = request["repeat"]
+    return [{"repeat": repeat // slices + (i < repeat % slices)} for i in range(min(slices, repeat))]
+
+
 class LocalRunner(Runner):
-    """Measures on this machine, one candidate at a time in an isolated process (bundle_run.IsolatedMeasurer).
-    cold_weights (CPU targets): number x repeat single runs, each after the weights and output are flushed from
-    the caches and the data input is written anew by all threads, as its producer would have (bundle_run.
-    check_and_time, timing.producer_written), instead of repeat means of number warm runs."""
+    """Measures on this machine in an isolated process (bundle_run.IsolatedMeasurer). Each candidate is checked
+    against the reference, then its runs are timed in `slices` slices, round-robin over the candidates
+    (timed_slices, SLICES). cold_weights (CPU targets): number x repeat single runs, each after the weights and
+    output are flushed from the caches and the data input is written anew by all threads, as its producer would
+    have (bundle_run.check_and_time, timing.producer_written), instead of repeat means of number warm runs."""
 
     measures_here = True
 
     def __init__(self, timeout_s: float = 30.0, number: int = 3, repeat: int = 5, min_repeat_ms: int = 20,
-                 cold_weights: bool = True):
+                 cold_weights: bool = True, slices: int = SLICES):
         self.settings = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
                          "cold_weights": cold_weights}
+        self.slices = slices
         self._measurer = IsolatedMeasurer(timeout_s)
 
     def run(self, reference, builds, target, params, workload=None):
-        request = {**self._timing_request(target, workload.evict_private_bytes if workload else 0),
-                   "reference": reference, "params": params, "seed": INPUT_SEED}
-        return self._measure_each(builds, lambda build: self._measurer.measure({**request,
-                                                                                "artifact": build.artifact}))
+        return self.run_many([(reference, builds, target, params, workload)])[0]
+
+    def run_many(self, jobs) -> list:
+        """run()'s results for several workloads at once, each job (reference, builds, target, params,
+        workload): the slices go round-robin over the candidates of every job, so a group's default measured
+        at the start is sliced between the other groups' defaults, as its configs are between each other."""
+        requests = [{**self._timing_request(target, workload.evict_private_bytes if workload else 0),
+                     "reference": reference, "params": params, "seed": INPUT_SEED}
+                    for reference, _, target, params, workload in jobs]
+        slices = [timed_slices(request, self.slices) for request in requests]
+        runs = [[[] for _ in builds] for _, builds, *_ in jobs]
+        errors = [[build.error or "build failed" if build.artifact is None else None for build in builds]
+                  for _, builds, *_ in jobs]
+        for index in range(max(map(len, slices), default=0)):
+            for j, ((_, builds, *_), request, parts) in enumerate(zip(jobs, requests, slices)):
+                for b, build in enumerate(builds):
+                    if index >= len(parts) or errors[j][b]:
+                        continue
+                    # the first slice checks the numerics; the others only time
+                    reply = self._measurer.measure({**request, **parts[index], "artifact": build.artifact,
+                                                    "check": index == 0})
+                    if "error" in reply:
+                        errors[j][b] = reply["error"]
+                    else:
+                        runs[j][b] += reply["latencies_ms"]
+        return [[MeasureResult(build.knobs, [] if error else times, error, build.build_s)
+                 for build, times, error in zip(builds, job_runs, job_errors)]
+                for (_, builds, *_), job_runs, job_errors in zip(jobs, runs, errors)]
 
     def close(self):
         self._measurer.close()

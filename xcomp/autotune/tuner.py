@@ -176,6 +176,10 @@ class Tuner:
         except MeasurementDeferred:
             task.waiting = True
             return []
+        self._commit(task, workload, results)
+        return results
+
+    def _commit(self, task, workload, results):
         # committed before anything else happens: a kill loses nothing measured
         self.db.add_batch([workload.record(r.knobs, r.latencies_ms, r.error) for r in results])
         for result in results:
@@ -187,7 +191,6 @@ class Tuner:
                 task.best_ms, task.best_knobs = ms, result.knobs
             task.curve.append(task.best_ms)
             self._learn(task, result.knobs, ms)
-        return results
 
     def _learn(self, task, knobs, ms):
         if not self.guided:
@@ -200,7 +203,8 @@ class Tuner:
             pass
 
     def _start(self, task):
-        """Measure the default config (the reference for numerics) and load what the database knows."""
+        """Build the default config (the reference for numerics) and load what the database knows; returns the
+        default's build where the database has no time of it, for _measure_defaults."""
         for record in self._records(task):
             ms = record.median_ms if record.ok else math.inf
             task.measured[canonical_knobs(record.knobs)] = ms
@@ -215,9 +219,27 @@ class Tuner:
         task.reference = builds[0].artifact
         if canonical_knobs(default) in task.measured:
             task.default_ms = task.measured[canonical_knobs(default)]
-        else:
-            for result in self._measure(task, [default]):
-                task.default_ms = result.median_ms
+            return None
+        return builds[0]
+
+    def _measure_defaults(self, started):
+        """Time the default of every (task, its build): with a runner that measures several workloads at once
+        (LocalRunner.run_many), all in one pass, each default's slices between the other groups' (a default
+        timed alone at the start lands wholly in whatever spell the machine is in, and every gain read from the
+        records is against it); else one task after another."""
+        run_many = getattr(self.runner, "run_many", None)
+        if run_many is None or getattr(self.runner, "deferred", False):
+            for task, _ in started:
+                for result in self._measure(task, [task.template.default_knobs()]):
+                    task.default_ms = result.median_ms
+            return
+        target = self.backend.target_string
+        workloads = [self._workload(task) for task, _ in started]
+        jobs = [(task.reference, [build], target, func_params(task.group.func), workload)
+                for (task, build), workload in zip(started, workloads)]
+        for (task, _), workload, results in zip(started, workloads, run_many(jobs)):
+            self._commit(task, workload, results)
+            task.default_ms = results[0].median_ms
 
     def _retrain(self):
         if len(self._train_y) >= 16 and len(set(self._train_g)) >= 1:
@@ -249,8 +271,9 @@ class Tuner:
         """Measure every task's default config and load what the database knows (tune() does this first)."""
         private = self.backend.spec.cache_bytes[1]
         self.evict_private_bytes = private if weights_stay_cached(tasks, self.backend.spec) else 0
-        for task in bar(tasks, desc="defaults", unit="group", enabled=self.progress, leave=False):
-            self._start(task)
+        started = [(task, self._start(task)) for task in bar(tasks, desc="defaults", unit="group",
+                                                              enabled=self.progress, leave=False)]
+        self._measure_defaults([(task, build) for task, build in started if build is not None])
         self._retrain()
 
     def step(self, tasks, count: int):
