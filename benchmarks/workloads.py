@@ -57,9 +57,9 @@ def tuner_pick(model, task, backend, trials: int, seed: int, tuning_runner=None,
     step, which keeps the default unless a tuned config beats it there in every round. Returns {knobs: what
     `compile --db` builds the group with, wall_s, measured: trials, tuner_best_ms: the search's best alone,
     kept_default, picked_by}. picked_by is how the pick was judged against the default (a timing of
-    xcomp.timing.PICKS); where nothing judged it (the in-model step did not time the group), the pick is the
-    default, never a fastest alone that may lose to it. `tuning_runner` / `builder`: the Tuner's (default: this
-    benchmark's runner(), a LocalBuilder)."""
+    xcomp.timing.PICKS: inside the model, or side by side alone where the in-model step did not time the group);
+    where nothing judged it, the pick is the default, never a fastest alone that may lose to it.
+    `tuning_runner` / `builder`: the Tuner's (default: this benchmark's runner(), a LocalBuilder)."""
     import os
     import tempfile
 

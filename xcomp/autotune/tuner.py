@@ -334,15 +334,15 @@ class Tuner:
         """Set the summary's "default -> tuned" from `rounds` measurements of the two side by side, the median
         of each. Their records keep the slower of two runs, which is right for choosing (a lucky run cannot
         pick a config) but not for reporting: one slow run of the default would pass for a speedup
-        (docs/decisions/tuning-timing.md). Where no in-model step follows (the runner measures on another
-        machine), these rounds also make the pick (_pick_side_by_side)."""
+        (docs/decisions/tuning-timing.md). These rounds also make the pick (_pick_side_by_side): the in-model
+        step, where one follows, replaces it for the groups it can time inside the model, and the others (a
+        group the VM runs as a builtin, or every group where no in-model step follows) keep it."""
         timed = self.side_by_side(task, default, best, rounds)
         if timed is None:
             return
         workload, times = timed
         task.default_ms, task.best_ms = (float(np.median(times[k])) for k in (default, best))
-        if not self.runner.measures_here:
-            self._pick_side_by_side(task, workload, default, best, times)
+        self._pick_side_by_side(task, workload, default, best, times)
 
     def side_by_side(self, task, first: str, second: str, rounds: int = PAIRED_ROUNDS):
         """(workload, {canonical knobs: [median ms per round]}) of two configs built once and timed together in
@@ -543,8 +543,8 @@ def tune_model(model, target="cpu", db_path="tune.sqlite", trials=None, time_bud
                 refined = in_model.refine(model, backend, db, tasks, top=in_model_top, input_shapes=input_shapes,
                                           input_values=input_values, progress=progress)
             except KeyboardInterrupt:  # the groups' times are stored together, after all were taken
-                print("interrupted: no group was timed inside the model; compile --db uses the search's fastest",
-                      file=sys.stderr)
+                print("interrupted: no group was timed inside the model; compile --db uses each group's pick "
+                      "side by side alone", file=sys.stderr)
             except Exception as err:  # the search's records are stored: a failing last step must not lose them
                 refined = {"error": describe(err)}
         if refined and "groups" in refined:
