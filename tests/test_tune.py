@@ -803,8 +803,8 @@ def test_a_pick_beats_the_default_side_by_side_in_every_round(tmp_path, quick_ro
     default = canonical_knobs(task.template.default_knobs())
     path = tmp_path / "t.sqlite"
     with TuningDB(path) as db:
-        tuner = Tuner(backend, db, seed=0, runner=_SideBySideRunner(default, quick_round, measures_here), builder=_FakeBuilder(),
-                      progress=False, guided=False)
+        tuner = Tuner(backend, db, seed=0, runner=_SideBySideRunner(default, quick_round, measures_here),
+                      builder=_FakeBuilder(), progress=False, guided=False)
         (task,) = tuner.tune([task], trials=8)
         # the pick, and where the default stays, the fastest alone as a failure saying how it lost
         assert [r.error for r in db.records(task.group.key, timing=Timing.SIDE_BY_SIDE)] == (
